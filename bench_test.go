@@ -1,0 +1,120 @@
+package ctxmgr
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/store"
+	"github.com/ctxmgr/ctxmgr/tokens"
+)
+
+// benchHistory is a 2,000-message session of about 200,000 tokens (o200k_base): 500 turns of
+// a user request, a tool call, its result and a reply.
+func benchHistory() []chat.Message {
+	var h []chat.Message
+	for t := 0; t < 500; t++ {
+		id := fmt.Sprintf("call_%d", t)
+		h = append(h,
+			chat.TextMessage(chat.RoleUser, fmt.Sprintf("Step %d: check internal/pkg%d/handler_%d.go and explain the failure in TestHandler%d.", t, t%17, t, t)),
+			chat.Message{Role: chat.RoleAssistant, ToolCalls: []chat.ToolCall{{ID: id, Name: "bash", Arguments: fmt.Sprintf(`{"cmd":"go test ./internal/pkg%d -run TestHandler%d"}`, t%17, t)}}},
+			chat.ToolResult(id, "bash", strings.Repeat(fmt.Sprintf("--- FAIL: TestHandler%d (0.%02ds) handler_%d.go:%d: expected status 200, got 500\n", t, t%100, t, t%400), 12), false),
+			chat.TextMessage(chat.RoleAssistant, fmt.Sprintf("The handler %d returns 500 because the context is canceled before the write; fix by checking ctx.Err().", t)),
+		)
+	}
+	return h
+}
+
+func benchSession(b *testing.B, window int, counter tokens.Counter, hist []chat.Message) (*Manager, *Session) {
+	cfg, _ := Preset(PresetDefault, window, 8000)
+	cfg.Store, cfg.Logger, cfg.Counter = store.NewMemory(), discardLogger(), counter
+	m, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, _ := m.NewSession("bench", []chat.Message{chat.TextMessage(chat.RoleSystem, "You are a coding agent.")}, nil)
+	if err := s.Append(context.Background(), hist...); err != nil {
+		b.Fatal(err)
+	}
+	return m, s
+}
+
+func exactCached() tokens.Counter {
+	c, _ := tokens.ForEncoding("o200k_base")
+	return tokens.NewCache(c, 1<<16)
+}
+
+// BenchmarkPrepare: one new message on a 2,000-message, ~200,000-token session, then Prepare.
+// "no-compaction" fits the window; "compaction" crosses the threshold on every call (a
+// fresh session per iteration, set up outside the timer); "count-history" counts the whole
+// history once with an exact counter and no cache, for scale.
+func BenchmarkPrepare(b *testing.B) {
+	ctx := context.Background()
+	hist := benchHistory()
+	total := exactCached().Request(&chat.Request{Messages: hist}).Total
+	b.Logf("history: %d messages, %d tokens (o200k_base)", len(hist), total)
+	b.Run("no-compaction", func(b *testing.B) {
+		counter := exactCached()
+		m, s := benchSession(b, 400000, counter, hist)
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if err := s.Append(ctx, chat.TextMessage(chat.RoleUser, fmt.Sprintf("next %d", i))); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := m.Prepare(ctx, s); err != nil {
+				b.Fatal(err)
+			}
+			if err := s.Append(ctx, chat.TextMessage(chat.RoleAssistant, "ok")); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("compaction", func(b *testing.B) {
+		counter := exactCached()
+		for i := 0; i < b.N; i++ {
+			b.StopTimer()
+			m, s := benchSession(b, total+total/10, counter, hist)
+			if err := s.Append(ctx, chat.TextMessage(chat.RoleUser, "next")); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+			p, err := m.Prepare(ctx, s)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(p.Report.Steps) == 0 {
+				b.Fatal("no compaction happened")
+			}
+		}
+	})
+	b.Run("count-history", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			c, _ := tokens.ForEncoding("o200k_base")
+			for j := range hist {
+				c.Message(&hist[j])
+			}
+		}
+	})
+}
+
+// BenchmarkSessionMemory reports the heap a 2,000-message session holds.
+func BenchmarkSessionMemory(b *testing.B) {
+	hist := benchHistory()
+	counter := exactCached()
+	var per float64
+	for i := 0; i < b.N; i++ {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		m, s := benchSession(b, 400000, counter, hist)
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		per = float64(after.HeapAlloc) - float64(before.HeapAlloc)
+		runtime.KeepAlive(s)
+		runtime.KeepAlive(m)
+	}
+	b.ReportMetric(per, "heap-B/session")
+}

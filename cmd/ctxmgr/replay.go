@@ -1,0 +1,236 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ctxmgr/ctxmgr/replay"
+	"github.com/ctxmgr/ctxmgr/summarize"
+	"github.com/ctxmgr/ctxmgr/tokens"
+)
+
+// defaultTrajectories is where replay looks when no path is given (relative to the working
+// directory: the project's shared data).
+const defaultTrajectories = "../shared/data/trajectories"
+
+// replayOptions holds the flags of the replay command.
+type replayOptions struct {
+	window, maxOutput int
+	strategies        string
+	profile           string
+	json              bool
+	report            string
+	reportTrajectory  string
+	workers           int
+	format            string
+	summarizer        string
+	baseURL           string
+	model             string
+	quiet             bool
+}
+
+func newReplayCmd() *cobra.Command {
+	var o replayOptions
+	cmd := &cobra.Command{
+		Use:   "replay [flags] [PATH...]",
+		Short: "Compare context strategies side by side on recorded agent trajectories",
+		Long: `Replay rebuilds every LLM call of recorded agent runs under each context strategy
+and measures the result: input tokens, prompt-cache hits, summary calls, cost,
+overflows, invalid requests, lost messages, reference recall and Prepare latency.
+
+Each assistant message of a run was produced by one LLM call whose input was the
+history before it. For each strategy, the history is fed to a fresh manager
+message by message, as an agent would (append, and prepare before each assistant
+message), and the recorded assistant message is appended after the call. "raw"
+sends the whole history unmanaged; the other strategies are the presets
+(default, masking, copaw, qwenpaw, picoclaw, cowagent, baseagent).
+
+PATHs are files or directories (searched for *.json and *.jsonl). Formats are
+detected per file (--format to force): a JSON array of OpenAI messages, an
+object with "messages" (an OpenAI or Anthropic body, or a trajectory with
+"tools"), JSONL with one such object a line, tau-bench result files and
+mini-swe-agent trajectories. With no PATH, ` + defaultTrajectories + ` is used.
+
+Cost is in units of the price of a million input tokens under --profile:
+anthropic (uncached input 1.25, cached 0.1, output 5) or openai (1, 0.1, 8).
+--json prints one JSON object; --report DIR writes DIR/index.html with charts.`,
+		Example: `  ctxmgr replay
+  ctxmgr replay --window 32768 --max-output 4096 ../shared/data/trajectories
+  ctxmgr replay --strategy raw,masking,default --json runs/
+  ctxmgr replay --report out/ --report-trajectory mini-swe-agent/django__django-11149.traj.json`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runReplay(cmd, &o, args)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&o.window, "window", 200000, "context window in tokens")
+	f.IntVar(&o.maxOutput, "max-output", 32000, "tokens reserved for the reply")
+	f.StringVar(&o.strategies, "strategy", "", "comma-separated strategies (default all: "+strings.Join(replay.Strategies(), ",")+")")
+	f.StringVar(&o.profile, "profile", "anthropic", "price profile: anthropic or openai")
+	f.BoolVar(&o.json, "json", false, "print one JSON object instead of tables")
+	f.StringVar(&o.report, "report", "", "write a self-contained HTML report with charts to DIR/index.html")
+	f.StringVar(&o.reportTrajectory, "report-trajectory", "", "trajectory charted call by call in the report (default: the one with the most calls)")
+	f.IntVar(&o.workers, "workers", 0, "trajectories replayed in parallel (default GOMAXPROCS)")
+	f.StringVar(&o.format, "format", "", "input format: "+strings.Join(replay.Formats(), ", ")+" (default auto)")
+	f.StringVar(&o.summarizer, "summarizer", "", "summarize with an LLM: openai or anthropic (default: the extractive summarizer)")
+	f.StringVar(&o.baseURL, "base-url", "", "with --summarizer: the API root (default https://api.openai.com/v1 or https://api.anthropic.com)")
+	f.StringVar(&o.model, "model", "", "with --summarizer: the model name")
+	f.BoolVarP(&o.quiet, "quiet", "q", false, "no progress bar and no notes on stderr")
+	return cmd
+}
+
+func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
+	if o.window <= 0 || o.maxOutput <= 0 || o.maxOutput >= o.window {
+		return usageErrorf("--window %d and --max-output %d: want 0 < max output < window", o.window, o.maxOutput)
+	}
+	if _, err := replay.ProfileByName(o.profile); err != nil {
+		return usageErrorf("invalid --profile %q: want anthropic or openai", o.profile)
+	}
+	if o.workers < 0 {
+		return usageErrorf("invalid --workers %d", o.workers)
+	}
+	var strategies []string
+	if o.strategies != "" {
+		known := replay.Strategies()
+		for _, s := range strings.Split(o.strategies, ",") {
+			s = strings.TrimSpace(s)
+			if s == "" {
+				continue
+			}
+			ok := false
+			for _, k := range known {
+				ok = ok || k == s
+			}
+			if !ok {
+				return usageErrorf("unknown strategy %q (known: %s)", s, strings.Join(known, ", "))
+			}
+			strategies = append(strategies, s)
+		}
+		if len(strategies) == 0 {
+			return usageErrorf("--strategy names no strategy")
+		}
+	}
+	if o.format != "" {
+		ok := false
+		for _, f := range replay.Formats() {
+			ok = ok || f == o.format
+		}
+		if !ok {
+			return usageErrorf("invalid --format %q: want one of %s", o.format, strings.Join(replay.Formats(), ", "))
+		}
+	}
+	if (o.baseURL != "" || o.model != "") && o.summarizer == "" {
+		return usageErrorf("--base-url and --model need --summarizer")
+	}
+	if o.reportTrajectory != "" && o.report == "" {
+		return usageErrorf("--report-trajectory needs --report")
+	}
+	counter, err := tokens.ForEncoding(tokens.O200kBase)
+	if err != nil {
+		return err
+	}
+	counter = tokens.NewCache(counter, 1<<18)
+	sum, err := replaySummarizer(o, counter)
+	if err != nil {
+		return err
+	}
+	if len(args) == 0 {
+		if info, err := os.Stat(defaultTrajectories); err != nil || !info.IsDir() {
+			return usageErrorf("no PATH given and %s does not exist here", defaultTrajectories)
+		}
+		args = []string{defaultTrajectories}
+	}
+	stderr := cmd.ErrOrStderr()
+	trajs, skipped, err := replay.LoadAll(args, o.format)
+	if err != nil {
+		return err
+	}
+	if !o.quiet {
+		for _, s := range skipped {
+			fmt.Fprintf(stderr, "ctxmgr: replay: skipped %s: %s\n", s.Path, s.Reason)
+		}
+	}
+	if len(trajs) == 0 {
+		return fmt.Errorf("replay: no trajectories in %s", strings.Join(args, ", "))
+	}
+	if o.report != "" && o.reportTrajectory != "" {
+		found := false
+		for i := range trajs {
+			found = found || trajs[i].Name == o.reportTrajectory
+		}
+		if !found {
+			return usageErrorf("--report-trajectory %q: no such trajectory (names look like %q)", o.reportTrajectory, trajs[0].Name)
+		}
+	}
+	opts := replay.Options{
+		Window: o.window, MaxOutput: o.maxOutput, Strategies: strategies, Profile: o.profile,
+		Workers: o.workers, Summarizer: sum, Counter: counter,
+	}
+	if !o.quiet && len(trajs) > 3 && isTerminal(stderr) {
+		opts.Progress = stderr
+	}
+	res, err := replay.Run(cmd.Context(), trajs, opts)
+	if err != nil {
+		return err
+	}
+	if o.report != "" {
+		path, err := res.WriteReportDir(o.report, o.reportTrajectory)
+		if err != nil {
+			return err
+		}
+		if !o.quiet {
+			fmt.Fprintf(stderr, "ctxmgr: replay: report written to %s\n", path)
+		}
+	}
+	if o.json {
+		return res.WriteJSON(cmd.OutOrStdout())
+	}
+	return res.WriteText(cmd.OutOrStdout())
+}
+
+// replaySummarizer builds the LLM summarizer of --summarizer, or nil for the extractive one.
+// The API key comes from OPENAI_API_KEY or ANTHROPIC_API_KEY.
+func replaySummarizer(o *replayOptions, counter tokens.Counter) (summarize.Summarizer, error) {
+	if o.summarizer == "" {
+		return nil, nil
+	}
+	opts := summarize.LLMOptions{Model: o.model, BaseURL: o.baseURL, Counter: counter}
+	switch strings.ToLower(o.summarizer) {
+	case summarize.FormatOpenAI:
+		opts.Format = summarize.FormatOpenAI
+		opts.APIKey = os.Getenv("OPENAI_API_KEY")
+		if opts.BaseURL == "" {
+			opts.BaseURL = "https://api.openai.com/v1"
+		}
+	case summarize.FormatAnthropic:
+		opts.Format = summarize.FormatAnthropic
+		opts.APIKey = os.Getenv("ANTHROPIC_API_KEY")
+		if opts.BaseURL == "" {
+			opts.BaseURL = "https://api.anthropic.com"
+		}
+	default:
+		return nil, usageErrorf("invalid --summarizer %q: want openai or anthropic", o.summarizer)
+	}
+	if o.model == "" {
+		return nil, usageErrorf("--summarizer %s needs --model", o.summarizer)
+	}
+	s, err := summarize.NewLLM(opts)
+	if err != nil {
+		return nil, usageErrorf("--summarizer: %v", err)
+	}
+	return s, nil
+}
+
+// isTerminal reports whether w is a terminal (a character device).
+func isTerminal(w any) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	info, err := f.Stat()
+	return err == nil && info.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,267 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ctxmgr/ctxmgr"
+	"github.com/ctxmgr/ctxmgr/proxy"
+	"github.com/ctxmgr/ctxmgr/store"
+)
+
+// serveOptions holds the flags of the serve command.
+type serveOptions struct {
+	listen            string
+	upstreamOpenAI    string
+	upstreamAnthropic string
+	store             string
+	window            int
+	maxOutput         int
+	preset            string
+	config            string
+	maxBodyBytes      int64
+	upstreamTimeout   time.Duration
+	shutdownTimeout   time.Duration
+	logFormat         string
+	logLevel          string
+	addrFile          string
+	disableReadTool   bool
+}
+
+func newServeCmd() *cobra.Command {
+	var o serveOptions
+	cmd := &cobra.Command{
+		Use:   "serve [--listen ADDR] [--upstream-openai URL] [--upstream-anthropic URL] [--store SPEC] [--config FILE]",
+		Short: "Run the OpenAI- and Anthropic-compatible proxy that manages context",
+		Long: `Run an OpenAI- and Anthropic-compatible HTTP proxy that manages the context of
+any agent that talks to it.
+
+Point an agent's base URL at the proxy (OpenAI: http://ADDR/v1, Anthropic:
+http://ADDR). POST /v1/chat/completions and POST /v1/messages, streaming or
+not, are forwarded to the upstream of their format with the conversation
+managed: sessions are recognized from the X-Ctxmgr-Session header, else the
+Anthropic metadata.user_id, else a hash of the system prompt and first user
+message; compacted history is replaced by its summary; large tool results are
+offloaded and stay readable through a ctxmgr_read tool the proxy answers
+itself; a context-overflow answer is recovered from by a tighter retry.
+Everything else (headers, unknown body fields, errors, usage, stream events)
+passes through untouched. /compact [instruction], /context and
+/context clear typed as the latest user message are answered by the proxy.
+
+GET /healthz answers ok, GET /metrics serves Prometheus metrics, and any other
+path (GET /v1/models, ...) is passed through.
+
+Sessions are kept in --store: ` + storeSpecHelp + `.
+The embedded SQLite store is the default; use PostgreSQL to run several
+instances on the same sessions.
+
+--config FILE reads a JSON file with the same settings plus per-model routes
+and windows (see the proxy package documentation); flags given explicitly
+override it. SIGINT or SIGTERM shut the proxy down gracefully: in-flight
+requests and streams finish (up to --shutdown-timeout).`,
+		Example: `  ctxmgr serve --upstream-openai https://api.openai.com --upstream-anthropic https://api.anthropic.com
+  ctxmgr serve --listen 127.0.0.1:8088 --store postgres://ctxmgr@db:5432/ctxmgr --window 128000
+  ctxmgr serve --config ctxmgr.json`,
+		Args:                  cobra.NoArgs,
+		DisableFlagsInUseLine: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runServe(cmd, &o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.listen, "listen", "127.0.0.1:8088", "address to listen on (port 0 picks a free port)")
+	f.StringVar(&o.upstreamOpenAI, "upstream-openai", "", "base URL of the OpenAI-format upstream, e.g. https://api.openai.com")
+	f.StringVar(&o.upstreamAnthropic, "upstream-anthropic", "", "base URL of the Anthropic-format upstream, e.g. https://api.anthropic.com")
+	f.StringVar(&o.store, "store", defaultStore, "where sessions are kept: "+storeSpecHelp)
+	f.IntVar(&o.window, "window", 0, "context window in tokens of models the config file does not list (0: the known window of common models such as gpt-4o or claude-*, else 200000)")
+	f.IntVar(&o.maxOutput, "max-output", 0, "reply tokens reserved when a request has no max_tokens (0: 32000, at most a quarter of the window)")
+	f.StringVar(&o.preset, "preset", ctxmgr.PresetDefault, "context-management preset: "+fmt.Sprint(ctxmgr.Presets()))
+	f.StringVar(&o.config, "config", "", "JSON configuration file (flags given explicitly override it)")
+	f.Int64Var(&o.maxBodyBytes, "max-body-bytes", 32<<20, "largest request body accepted (larger: 413)")
+	f.DurationVar(&o.upstreamTimeout, "upstream-timeout", 10*time.Minute, "how long to wait for the upstream's response headers")
+	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown waits for in-flight requests")
+	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json (logs go to stderr)")
+	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	f.StringVar(&o.addrFile, "addr-file", "", "write the address listened on to this file once listening")
+	f.BoolVar(&o.disableReadTool, "disable-read-tool", false, "never inject the ctxmgr_read tool (offload references then name store locations only)")
+	return cmd
+}
+
+// mergeFileConfig fills the options from the config file where the flag was not given.
+func mergeFileConfig(cmd *cobra.Command, o *serveOptions, fc proxy.FileConfig) {
+	set := func(name string) bool { return !cmd.Flags().Changed(name) }
+	if fc.Listen != "" && set("listen") {
+		o.listen = fc.Listen
+	}
+	if fc.UpstreamOpenAI != "" && set("upstream-openai") {
+		o.upstreamOpenAI = fc.UpstreamOpenAI
+	}
+	if fc.UpstreamAnthropic != "" && set("upstream-anthropic") {
+		o.upstreamAnthropic = fc.UpstreamAnthropic
+	}
+	if fc.Store != "" && set("store") {
+		o.store = fc.Store
+	}
+	if fc.Window != 0 && set("window") {
+		o.window = fc.Window
+	}
+	if fc.MaxOutput != 0 && set("max-output") {
+		o.maxOutput = fc.MaxOutput
+	}
+	if fc.Preset != "" && set("preset") {
+		o.preset = fc.Preset
+	}
+	if fc.MaxBodyBytes != 0 && set("max-body-bytes") {
+		o.maxBodyBytes = fc.MaxBodyBytes
+	}
+	if fc.UpstreamTimeout != 0 && set("upstream-timeout") {
+		o.upstreamTimeout = time.Duration(fc.UpstreamTimeout)
+	}
+	if fc.ShutdownTimeout != 0 && set("shutdown-timeout") {
+		o.shutdownTimeout = time.Duration(fc.ShutdownTimeout)
+	}
+	if fc.DisableReadTool && set("disable-read-tool") {
+		o.disableReadTool = true
+	}
+}
+
+func runServe(cmd *cobra.Command, o *serveOptions) error {
+	var fc proxy.FileConfig
+	if o.config != "" {
+		var err error
+		if fc, err = proxy.LoadFileConfig(o.config); err != nil {
+			return usageErrorf("--config: %v", err)
+		}
+		mergeFileConfig(cmd, o, fc)
+	}
+	if o.upstreamOpenAI == "" && o.upstreamAnthropic == "" && len(fc.Routes) == 0 {
+		return usageErrorf("no upstream: give --upstream-openai and/or --upstream-anthropic (or routes in --config)")
+	}
+	if !ctxmgr.IsPreset(o.preset) {
+		return usageErrorf("--preset %q: want one of %v", o.preset, ctxmgr.Presets())
+	}
+	if o.window < 0 || o.maxOutput < 0 || o.maxBodyBytes <= 0 {
+		return usageErrorf("--window, --max-output and --max-body-bytes must not be negative")
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return usageErrorf("--log-level %q: %v", o.logLevel, err)
+	}
+	hopts := &slog.HandlerOptions{Level: level}
+	var logger *slog.Logger
+	switch o.logFormat {
+	case "text":
+		logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), hopts))
+	case "json":
+		logger = slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), hopts))
+	default:
+		return usageErrorf("--log-format %q: want text or json", o.logFormat)
+	}
+
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	st, err := openStore(ctx, o.store)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	srv, err := proxy.New(proxy.Config{
+		UpstreamOpenAI:    o.upstreamOpenAI,
+		UpstreamAnthropic: o.upstreamAnthropic,
+		Routes:            fc.Routes,
+		Models:            fc.Models,
+		Store:             st,
+		Window:            o.window,
+		MaxOutput:         o.maxOutput,
+		Preset:            o.preset,
+		MaxBodyBytes:      o.maxBodyBytes,
+		UpstreamTimeout:   o.upstreamTimeout,
+		Logger:            logger,
+		DisableReadTool:   o.disableReadTool,
+	})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return err
+	}
+	addr := ln.Addr().String()
+	if o.addrFile != "" {
+		if err := os.WriteFile(o.addrFile, []byte(addr+"\n"), 0o600); err != nil {
+			ln.Close()
+			return err
+		}
+	}
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	logger.Info("ctxmgr serve: listening", slog.String("addr", "http://"+addr), slog.String("store", redactStore(o.store)),
+		slog.String("upstream_openai", o.upstreamOpenAI), slog.String("upstream_anthropic", o.upstreamAnthropic),
+		slog.Int("window", o.window), slog.String("preset", o.preset))
+	// Offloaded tool results expire after their retention (5 days by default): clean them up
+	// now and every hour while serving.
+	go runCleanup(ctx, st, time.Hour, logger)
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	case <-ctx.Done():
+	}
+	logger.Info("ctxmgr serve: shutting down; waiting for in-flight requests", slog.Duration("timeout", o.shutdownTimeout))
+	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		logger.Warn("ctxmgr serve: shutdown timed out; closing open connections", slog.String("error", err.Error()))
+		_ = hs.Close()
+	}
+	logger.Info("ctxmgr serve: stopped")
+	return nil
+}
+
+// runCleanup calls st.Cleanup at once and then every interval until ctx is done, logging what
+// it removed.
+func runCleanup(ctx context.Context, st store.Store, interval time.Duration, logger *slog.Logger) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		n, err := st.Cleanup(ctx, time.Now())
+		switch {
+		case err != nil && ctx.Err() == nil:
+			logger.Warn("ctxmgr serve: cleanup of expired offloads failed", slog.String("error", err.Error()))
+		case n > 0:
+			logger.Info("ctxmgr serve: expired offloaded results removed", slog.Int("removed", n))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// redactStore hides a password in a postgres:// store spec.
+func redactStore(spec string) string {
+	if u, err := url.Parse(spec); err == nil && u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+			return u.String()
+		}
+	}
+	return spec
+}

@@ -1,0 +1,209 @@
+package ctxmgr
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ctxmgr/ctxmgr/budget"
+	"github.com/ctxmgr/ctxmgr/store"
+	"github.com/ctxmgr/ctxmgr/summarize"
+	"github.com/ctxmgr/ctxmgr/tokens"
+)
+
+// Config configures a Manager. The zero value of every field means its documented default;
+// call WithDefaults to see them filled, and Validate (New does both).
+type Config struct {
+	// Budget is the window: size, reply reserve, thresholds, reserved recent history, safety
+	// margin. Defaults: budget.DefaultWindow (200000 tokens, 32000 output, threshold 0.80, soft
+	// 0.60, reserve 0.10, margin 0.02; the margin is 0 when Counter is exact, the default).
+	Budget budget.Window
+
+	// ToolResultCap is the ingestion cap in bytes: a tool result larger than this is written
+	// whole to the store when it is appended and replaced in context by a head+tail snippet and
+	// a reference. Default 50000 (QwenPaw's recent-message cap). -1 disables offloading.
+	ToolResultCap int
+	// OldToolResultCap, when > 0, is the smaller cap for tool results older than the
+	// RecentToolResults most recent ones (QwenPaw: 3000 bytes). Re-truncation keeps the same
+	// stored reference. It is applied together with masking (a batched rewrite), or on every
+	// call when RollingRewrite is set. Default 0 (off).
+	OldToolResultCap int
+	// RecentToolResults is how many of the newest tool results keep ToolResultCap. Default 2.
+	RecentToolResults int
+	// ExemptTools names tools whose results are never offloaded, truncated or masked.
+	ExemptTools []string
+	// OffloadRetention is how long offloaded results are kept. Default 5 days; -1 keeps them
+	// forever.
+	OffloadRetention time.Duration
+
+	// Masking replaces old tool results by one-line stubs. MaskKeep is how many of the newest
+	// tool results are never masked (default 10); MaskProtectTokens additionally protects the
+	// results within that many of the newest history tokens (default 0). MaskMinSaving: mask
+	// only when that frees at least this many tokens, so that the prefix changes rarely
+	// (default 5% of the window; -1: no minimum). MaskKeep -1 disables masking.
+	MaskKeep          int
+	MaskProtectTokens int
+	MaskMinSaving     int
+	// AgeOut re-truncates a tool result to OldToolResultCap on any call once it is older than
+	// the RecentToolResults newest, but only where that pays for itself: when what it saves on
+	// the calls to come (estimated as many as were made so far) outweighs the prompt-cache miss
+	// it causes for the tokens after it. Results age out while they are still near the end of
+	// the request, so the miss is small and every later call is cheaper.
+	AgeOut bool
+	// RollingRewrite applies masking and the older cap on every call, not only over the
+	// threshold: the published "observation masking" baseline. Every rewrite is a prompt-cache
+	// miss for what follows it, so the default is off.
+	RollingRewrite bool
+
+	// Summarizer summarizes evicted turns. Default: the extractive summarizer.
+	Summarizer summarize.Summarizer
+	// SummaryTokens is the summary's size target. Default 4% of the window, at least 1000.
+	SummaryTokens int
+	// DisableSummary turns summarization off (then only masking and truncation shrink a request).
+	DisableSummary bool
+	// Background starts summarization in the background once the soft threshold is crossed;
+	// the result is applied at the hard threshold if the history it covered is unchanged.
+	// Results then depend on timing (invariant 5 holds for synchronous summaries), so the
+	// default is off; turn it on with a slow LLM summarizer.
+	Background bool
+
+	// Triggers by count, for seed presets (0: off): compact when the live history has more
+	// than MaxMessages messages or more than MaxTurns turns. TriggerTokens, when > 0, replaces
+	// the threshold ratio by an absolute limit on input + max output.
+	MaxMessages   int
+	MaxTurns      int
+	TriggerTokens int
+	// Keep rules decide what compaction leaves (default: the reserve of Budget). KeepMessages
+	// keeps at least that many newest messages, KeepUserTurns that many newest turns,
+	// KeepTurnFraction that fraction of the turns; every cut is snapped to a turn boundary.
+	KeepMessages     int
+	KeepUserTurns    int
+	KeepTurnFraction float64
+
+	// TurnCuts restricts compaction cuts to turn boundaries (before a user message), as the
+	// seed systems do. By default a cut may also fall between two complete tool iterations
+	// inside a turn, so that a long single-turn agent run (a coding agent's whole task) can be
+	// summarized; the latest user message then stays pinned before the summary.
+	TurnCuts bool
+
+	// TruncateTokens is the middle-out cap in tokens for a tool result of the active turn when
+	// one huge turn does not fit (default: what makes it fit). 0: computed.
+	TruncateTokens int
+
+	// MaxRecoveries bounds Recover calls in a row without a new message. Default 3.
+	MaxRecoveries int
+
+	// Store keeps history, summaries, the archive and offloaded results. Default: a new
+	// in-memory store.
+	Store store.Store
+	// Counter counts tokens. Default: exact o200k_base with a per-message cache.
+	Counter tokens.Counter
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+	// Logger receives one record per pipeline event. Default: slog.Default().
+	Logger *slog.Logger
+	// OnEvent, if set, is called synchronously with every event.
+	OnEvent func(Event)
+}
+
+// ErrInvalidConfig is wrapped by every Config.Validate error.
+var ErrInvalidConfig = errors.New("ctxmgr: invalid config")
+
+func configErr(field, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
+}
+
+// WithDefaults returns c with every zero field set to its documented default.
+func (c Config) WithDefaults() Config {
+	exactDefault := c.Counter == nil
+	if c.Counter == nil {
+		c.Counter = defaultCounter()
+	}
+	if c.Summarizer == nil && c.Counter != nil {
+		c.Summarizer = summarize.NewExtractive(summarize.ExtractiveOptions{Counter: c.Counter})
+	}
+	if exactDefault && c.Budget.SafetyMargin == 0 {
+		c.Budget.SafetyMargin = budget.ZeroRatio
+	}
+	c.Budget = c.Budget.WithDefaults()
+	if c.ToolResultCap == 0 {
+		c.ToolResultCap = 50000
+	}
+	if c.RecentToolResults == 0 {
+		c.RecentToolResults = 2
+	}
+	if c.OffloadRetention == 0 {
+		c.OffloadRetention = 5 * 24 * time.Hour
+	}
+	if c.MaskKeep == 0 {
+		c.MaskKeep = 10
+	}
+	if c.MaskMinSaving == 0 {
+		c.MaskMinSaving = c.Budget.Window / 20
+	}
+	if c.SummaryTokens == 0 {
+		c.SummaryTokens = max(1000, c.Budget.Window/25)
+	}
+	if c.MaxRecoveries == 0 {
+		c.MaxRecoveries = 3
+	}
+	if c.Store == nil {
+		c.Store = store.NewMemory()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	if err := c.Budget.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	switch {
+	case c.ToolResultCap < -1:
+		return configErr("ToolResultCap", "%d < -1", c.ToolResultCap)
+	case c.ToolResultCap > 0 && c.ToolResultCap < 256:
+		return configErr("ToolResultCap", "%d bytes leaves no room for a snippet and its reference (min 256)", c.ToolResultCap)
+	case c.OldToolResultCap < 0 || c.OldToolResultCap > 0 && c.OldToolResultCap < 256:
+		return configErr("OldToolResultCap", "%d: 0 (off) or at least 256", c.OldToolResultCap)
+	case c.RecentToolResults < 0:
+		return configErr("RecentToolResults", "%d < 0", c.RecentToolResults)
+	case c.MaskKeep < -1:
+		return configErr("MaskKeep", "%d < -1", c.MaskKeep)
+	case c.MaskProtectTokens < 0 || c.MaskMinSaving < -1:
+		return configErr("MaskProtectTokens/MaskMinSaving", "negative")
+	case c.SummaryTokens < 0 || c.SummaryTokens >= c.Budget.Window/2:
+		return configErr("SummaryTokens", "%d must be below half the window", c.SummaryTokens)
+	case c.MaxMessages < 0 || c.MaxTurns < 0 || c.TriggerTokens < 0:
+		return configErr("MaxMessages/MaxTurns/TriggerTokens", "negative")
+	case c.TriggerTokens > c.Budget.Window:
+		return configErr("TriggerTokens", "%d above the window %d", c.TriggerTokens, c.Budget.Window)
+	case c.KeepMessages < 0 || c.KeepUserTurns < 0:
+		return configErr("KeepMessages/KeepUserTurns", "negative")
+	case c.KeepTurnFraction < 0 || c.KeepTurnFraction >= 1:
+		return configErr("KeepTurnFraction", "%v not in [0,1)", c.KeepTurnFraction)
+	case c.TruncateTokens < 0:
+		return configErr("TruncateTokens", "negative")
+	case c.MaxRecoveries < 0 || c.MaxRecoveries > 10:
+		return configErr("MaxRecoveries", "%d not in [0,10]", c.MaxRecoveries)
+	case c.Store == nil || c.Counter == nil || c.Summarizer == nil || c.Now == nil || c.Logger == nil:
+		return configErr("Store/Counter/Summarizer/Now/Logger", "nil (use WithDefaults)")
+	}
+	return nil
+}
+
+// defaultCounter is the exact o200k_base counter with a per-message cache, or nil when the
+// embedded vocabulary cannot be loaded (a broken build; Validate then reports it).
+func defaultCounter() tokens.Counter {
+	c, err := tokens.ForEncoding("o200k_base")
+	if err != nil {
+		return nil
+	}
+	return tokens.NewCache(c, 1<<16)
+}

@@ -1,0 +1,110 @@
+// Package ctxmgr keeps an LLM agent's conversation inside the model's context window: cheaply,
+// losing nothing, and never sending a request the provider will reject.
+//
+// Build a Manager from a Config, open a Session per conversation, Append every message the
+// agent produces or receives, and call Prepare before every LLM call (each tool-loop iteration
+// included). Prepare returns the exact request to send and a report of what it did. The
+// pipeline, cheapest step first (DESIGN.md section 2):
+//
+//  0. count every region, with per-message counts cached;
+//  1. cap large tool results when they are appended (offload to the Store, snippet in context);
+//  2. send as is while input + max output stays under the compaction threshold;
+//  3. mask old tool results, batched, only when that frees enough to be worth a cache miss;
+//  4. summarize the oldest turns down to the reserve, incrementally, archiving them first;
+//  5. inside one huge turn, truncate its largest tool results middle-out, then older reasoning;
+//  6. on a provider's "context too long" (Recover), force 3-5 to a tighter target.
+//
+// Invariants (tested, fuzzed): every request is valid (no orphan tool call or result), fits the
+// window, loses nothing (history and Store hold every message verbatim), keeps its prefix
+// between compaction events, is deterministic, and never alters the system prompt or the
+// latest user message.
+package ctxmgr
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/store"
+	"github.com/ctxmgr/ctxmgr/summarize"
+)
+
+// Manager runs the context pipeline for any number of sessions. It is safe for concurrent use;
+// calls on one Session are serialized by the session.
+type Manager struct {
+	cfg      Config
+	log      *slog.Logger
+	fallback summarize.Summarizer // extractive, for a summarizer that fails
+	ctx      context.Context      // parent of background work; canceled by Close
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+}
+
+// New returns a Manager for cfg, with defaults filled in (Config.WithDefaults) and validated.
+func New(cfg Config) (*Manager, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	fb := summarize.NewExtractive(summarize.ExtractiveOptions{Counter: cfg.Counter})
+	return &Manager{cfg: cfg, log: cfg.Logger, fallback: fb, ctx: ctx, cancel: cancel}, nil
+}
+
+// Config returns the manager's configuration with defaults filled in.
+func (m *Manager) Config() Config { return m.cfg }
+
+// Close stops background summaries and waits for them. It does not close the Store.
+func (m *Manager) Close() error {
+	m.cancel()
+	m.wg.Wait()
+	return nil
+}
+
+// NewSession starts a session with the given system prompt (any number of system messages,
+// sent first and never altered) and tool definitions. The id names the session in the Store
+// and must pass store.CheckID.
+func (m *Manager) NewSession(id string, system []chat.Message, tools []chat.Tool) (*Session, error) {
+	if err := store.CheckID(id); err != nil {
+		return nil, err
+	}
+	for i := range system {
+		if system[i].Role != chat.RoleSystem {
+			return nil, &chat.Error{Index: i, Field: "role", Err: chat.ErrInvalid, Detail: "system prompt messages must have role system"}
+		}
+	}
+	if err := chat.Validate(system); err != nil {
+		return nil, err
+	}
+	s := &Session{m: m, id: id, open: map[string]int{}, pinned: -1, lastUser: -1}
+	s.setSystem(system, tools)
+	return s, nil
+}
+
+func (m *Manager) emit(s *Session, ev Event) {
+	ev.Session = s.id
+	if ev.Freed == 0 {
+		ev.Freed = ev.Before - ev.After
+	}
+	if m.cfg.OnEvent != nil {
+		m.cfg.OnEvent(ev)
+	}
+	if ea, ok := m.cfg.Store.(store.EventAppender); ok {
+		if b, err := json.Marshal(ev); err == nil {
+			if err := ea.AppendEvent(context.Background(), s.id, string(ev.Step), b); err != nil {
+				m.log.Warn("ctxmgr: storing event failed", slog.String("session", s.id), slog.String("error", err.Error()))
+			}
+		}
+	}
+	m.log.LogAttrs(context.Background(), slog.LevelInfo, "ctxmgr "+string(ev.Step),
+		slog.String("session", s.id), slog.String("reason", ev.Reason),
+		slog.Int("before", ev.Before), slog.Int("after", ev.After),
+		slog.Int("freed", ev.Freed), slog.Int("messages", ev.Messages))
+}
+
+func (m *Manager) storeErr(op string, err error) error {
+	return fmt.Errorf("ctxmgr: store %s: %w", op, err)
+}

@@ -1,0 +1,413 @@
+package ctxmgr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/provider"
+	"github.com/ctxmgr/ctxmgr/store"
+	"github.com/ctxmgr/ctxmgr/tokens"
+)
+
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func testManager(t *testing.T, cfg Config) (*Manager, *Session) {
+	t.Helper()
+	if cfg.Store == nil {
+		cfg.Store = store.NewMemory()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = discardLogger()
+	}
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	s, err := m.NewSession("s1", []chat.Message{chat.TextMessage(chat.RoleSystem, "sys")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, s
+}
+
+func lines(n int, prefix string) string {
+	var b strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&b, "%s %d\n", prefix, i)
+	}
+	return b.String()
+}
+
+func appendAll(t *testing.T, s *Session, msgs ...chat.Message) {
+	t.Helper()
+	if err := s.Append(context.Background(), msgs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func call(id string) chat.Message {
+	return chat.Message{Role: chat.RoleAssistant, ToolCalls: []chat.ToolCall{{ID: id, Name: "bash", Arguments: `{"cmd":"ls"}`}}}
+}
+
+func TestIngestionOffload(t *testing.T) {
+	ctx := context.Background()
+	m, s := testManager(t, Config{ToolResultCap: 4000})
+	big := lines(2000, "output line")
+	appendAll(t, s, chat.TextMessage(chat.RoleUser, "go"), call("c1"), chat.ToolResult("c1", "bash", big, false))
+	p, err := m.Prepare(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := p.Request.Messages[2].Text()
+	if len(got) > 4000 || !strings.Contains(got, "output line 1\n") || !strings.Contains(got, "output line 2000") {
+		t.Fatalf("snippet (%d bytes) lacks head or tail:\n%s", len(got), got)
+	}
+	if !strings.Contains(got, "2000 lines") || !strings.Contains(got, "memory:") {
+		t.Fatalf("snippet lacks its reference:\n%s", got)
+	}
+	full, total, err := m.Config().Store.ReadOffload(ctx, "s1", offloadKey(2, "c1"), 1, 0)
+	if err != nil || full != big || total != 2000 {
+		t.Fatalf("offloaded text not recoverable: %v total %d", err, total)
+	}
+	// The history keeps the original.
+	if h := s.History(); h[2].Text() != big {
+		t.Fatal("history lost the original")
+	}
+}
+
+func TestSnippetRuneSafe(t *testing.T) {
+	orig := chat.ToolResult("c", "t", strings.Repeat("日本語テキスト", 3000), false)
+	v := snippetView(&orig, store.Offloaded{Location: "x", Bytes: 63000, Lines: 1}, 2000)
+	if !utf8Valid(v.Text()) || len(v.Text()) > 2000 {
+		t.Fatalf("snippet invalid UTF-8 or too long (%d)", len(v.Text()))
+	}
+}
+
+func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "\uFFFD") == s }
+
+func TestMaskingBatchedByMinSaving(t *testing.T) {
+	ctx := context.Background()
+	counter := tokens.NewRatio(tokens.RatioOptions{PerToken: 4})
+	cfg := Config{Counter: counter, ToolResultCap: -1, MaskKeep: 1, MaskMinSaving: 3000, DisableSummary: true}
+	cfg.Budget.Window, cfg.Budget.MaxOutput, cfg.Budget.Threshold = 20000, 1000, 0.5
+	m, s := testManager(t, cfg)
+	appendAll(t, s, chat.TextMessage(chat.RoleUser, "go"))
+	masked := 0
+	for i := 0; i < 12; i++ {
+		id := fmt.Sprintf("c%d", i)
+		appendAll(t, s, call(id), chat.ToolResult(id, "bash", lines(300, "result "+id), false))
+		p, err := m.Prepare(ctx, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range p.Report.Steps {
+			if st.Step == StepMask {
+				masked++
+				if st.Freed < 3000 {
+					t.Fatalf("masking freed %d < minimum 3000", st.Freed)
+				}
+				if !p.Report.PrefixChanged {
+					t.Fatal("masking must report a prefix change")
+				}
+			}
+		}
+	}
+	if masked == 0 || masked > 3 {
+		t.Fatalf("masking ran %d times; want a few batched rewrites", masked)
+	}
+}
+
+func TestSummarizeArchivesAndKeepsReserve(t *testing.T) {
+	ctx := context.Background()
+	counter := tokens.NewRatio(tokens.RatioOptions{PerToken: 4})
+	cfg := Config{Counter: counter, ToolResultCap: -1, MaskKeep: -1, Summarizer: &fakeSummarizer{}}
+	cfg.Budget.Window, cfg.Budget.MaxOutput = 8000, 1000
+	m, s := testManager(t, cfg)
+	var compactions int
+	for turn := 0; turn < 30; turn++ {
+		appendAll(t, s, chat.TextMessage(chat.RoleUser, fmt.Sprintf("request %d %s", turn, strings.Repeat("x ", 600))))
+		p, err := m.Prepare(ctx, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		compactions += p.Report.Compactions
+		if last := p.Request.Messages[len(p.Request.Messages)-1]; last.Text() != fmt.Sprintf("request %d %s", turn, strings.Repeat("x ", 600)) {
+			t.Fatal("latest user message not last")
+		}
+		appendAll(t, s, chat.TextMessage(chat.RoleAssistant, "ok"))
+	}
+	if compactions == 0 {
+		t.Fatal("never summarized")
+	}
+	st := m.Stats(s)
+	if st.SummaryVersion != compactions || st.Evicted == 0 {
+		t.Fatalf("stats = %+v, compactions %d", st, compactions)
+	}
+	arch, err := m.Config().Store.ReadArchive(ctx, "s1", 0, st.Evicted)
+	if err != nil || len(arch) != st.Evicted {
+		t.Fatalf("archive has %d of %d evicted messages: %v", len(arch), st.Evicted, err)
+	}
+	sums, _ := m.Config().Store.Summaries(ctx, "s1")
+	if len(sums) != compactions {
+		t.Fatalf("%d summary versions stored, want %d", len(sums), compactions)
+	}
+	if !strings.Contains(s.Summary().Text, "archived verbatim") {
+		t.Fatal("summary lacks the archive guide")
+	}
+}
+
+func TestHugeTurnTruncatesAndNoFit(t *testing.T) {
+	ctx := context.Background()
+	counter := tokens.NewRatio(tokens.RatioOptions{PerToken: 4})
+	cfg := Config{Counter: counter, ToolResultCap: -1, MaskKeep: -1}
+	cfg.Budget.Window, cfg.Budget.MaxOutput = 8000, 1000
+	m, s := testManager(t, cfg)
+	// One iteration with two parallel calls: no safe cut inside it.
+	parallel := chat.Message{Role: chat.RoleAssistant, ToolCalls: []chat.ToolCall{{ID: "c1", Name: "bash", Arguments: "{}"}, {ID: "c2", Name: "bash", Arguments: "{}"}}}
+	appendAll(t, s, chat.TextMessage(chat.RoleUser, "analyse"), parallel, chat.ToolResult("c1", "bash", lines(3000, "huge"), false),
+		chat.ToolResult("c2", "bash", lines(2000, "big"), false))
+	p, err := m.Prepare(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Report.InputAfter+1000 > 8000 {
+		t.Fatalf("does not fit: %d", p.Report.InputAfter)
+	}
+	if p.Request.Messages[0].Text() != "analyse" {
+		t.Fatal("latest user message altered")
+	}
+	truncated := false
+	for _, st := range p.Report.Steps {
+		truncated = truncated || st.Step == StepTruncate
+	}
+	if !truncated {
+		t.Fatal("no truncation step")
+	}
+	// A user message that alone exceeds the window: typed error with numbers.
+	_, s2 := testManager(t, cfg)
+	appendAll(t, s2, chat.TextMessage(chat.RoleUser, strings.Repeat("word ", 9000)))
+	_, err = m.Prepare(ctx, s2)
+	var nf *NoFitError
+	if !errors.As(err, &nf) || !errors.Is(err, ErrDoesNotFit) || nf.LatestUser < 9000 {
+		t.Fatalf("err = %v, want NoFitError with the latest user message's size", err)
+	}
+}
+
+func TestAppendRejectsInvalid(t *testing.T) {
+	_, s := testManager(t, Config{})
+	ctx := context.Background()
+	err := s.Append(ctx, chat.ToolResult("nope", "bash", "x", false))
+	if !errors.Is(err, chat.ErrOrphanToolResult) {
+		t.Fatalf("orphan: %v", err)
+	}
+	appendAll(t, s, chat.TextMessage(chat.RoleUser, "u"), call("c1"))
+	twice := chat.Message{Role: chat.RoleAssistant, ToolCalls: []chat.ToolCall{{ID: "d", Name: "f"}, {ID: "d", Name: "f"}}}
+	if err := s.Append(ctx, chat.ToolResult("c1", "bash", "ok", false), twice); !errors.Is(err, chat.ErrDuplicateToolCallID) {
+		t.Fatalf("duplicate: %v", err)
+	}
+	// Another message while c1 waits for its result: a history no provider accepts.
+	if err := s.Append(ctx, call("c2")); !errors.Is(err, chat.ErrMissingToolResult) {
+		t.Fatalf("message before the pending result: %v", err)
+	}
+	if err := s.Append(ctx, chat.TextMessage("robot", "x")); !errors.Is(err, chat.ErrUnknownRole) {
+		t.Fatalf("role: %v", err)
+	}
+	if err := s.Append(ctx, chat.TextMessage(chat.RoleUser, "bad \xff")); !errors.Is(err, chat.ErrInvalidUTF8) {
+		t.Fatalf("utf8: %v", err)
+	}
+	if s.Len() != 2 {
+		t.Fatalf("failed appends changed the history: %d", s.Len())
+	}
+	// Pending calls: Prepare refuses to build a request the provider would reject.
+	if _, err := (&Manager{}).prepareFor(s); !errors.Is(err, chat.ErrMissingToolResult) {
+		t.Fatalf("pending: %v", err)
+	}
+}
+
+func (m *Manager) prepareFor(s *Session) (Prepared, error) {
+	return s.prepare(context.Background(), false)
+}
+
+func TestRecover(t *testing.T) {
+	ctx := context.Background()
+	counter := tokens.NewRatio(tokens.RatioOptions{PerToken: 4})
+	cfg := Config{Counter: counter, Summarizer: &fakeSummarizer{}, MaxRecoveries: 2}
+	cfg.Budget.Window, cfg.Budget.MaxOutput = 20000, 1000
+	m, s := testManager(t, cfg)
+	for i := 0; i < 20; i++ {
+		appendAll(t, s, chat.TextMessage(chat.RoleUser, strings.Repeat("talk ", 100)), chat.TextMessage(chat.RoleAssistant, "ok"))
+	}
+	appendAll(t, s, chat.TextMessage(chat.RoleUser, "latest"))
+	p0, err := m.Prepare(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Not an overflow: returned as is.
+	other := &provider.StatusError{Status: 429, Body: []byte(`{"error":{"message":"Rate limit reached for gpt-4o on tokens per min (TPM)","code":"rate_limit_exceeded"}}`)}
+	if _, err := m.Recover(ctx, s, other); err != other {
+		t.Fatalf("non-overflow error not passed through: %v", err)
+	}
+	overflow := &provider.StatusError{Status: 400, Body: []byte(`{"error":{"message":"This model's maximum context length is 16385 tokens.","code":"context_length_exceeded"}}`)}
+	p1, err := m.Recover(ctx, s, overflow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p1.Report.InputAfter >= p0.Report.InputAfter {
+		t.Fatalf("recovery did not shrink the request: %d -> %d", p0.Report.InputAfter, p1.Report.InputAfter)
+	}
+	if _, err := m.Recover(ctx, s, overflow); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Recover(ctx, s, overflow); !errors.Is(err, ErrRecoveryExhausted) {
+		t.Fatalf("third recovery: %v, want ErrRecoveryExhausted", err)
+	}
+	// A new message resets the bound.
+	appendAll(t, s, chat.TextMessage(chat.RoleAssistant, "ok"), chat.TextMessage(chat.RoleUser, "again"))
+	if _, err := m.Recover(ctx, s, overflow); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCompactClearStats(t *testing.T) {
+	ctx := context.Background()
+	m, s := testManager(t, Config{})
+	for i := 0; i < 10; i++ {
+		appendAll(t, s, chat.TextMessage(chat.RoleUser, fmt.Sprintf("question %d about /src/main.go", i)), chat.TextMessage(chat.RoleAssistant, "answer"))
+	}
+	res, err := m.CompactAll(ctx, s, "keep only decisions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Everything but the latest user message, which stays pinned before the summary.
+	if res.Messages != 19 || res.TokensAfter >= res.TokensBefore || res.Summary == "" {
+		t.Fatalf("compact = %+v", res)
+	}
+	st := m.Stats(s)
+	if st.Evicted != 20 || st.SummaryVersion != 1 || len(st.Archives) != 2 {
+		t.Fatalf("stats = %+v", st)
+	}
+	p0, err := m.Prepare(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p0.Request.Messages) != 2 || p0.Request.Messages[0].Text() != "question 9 about /src/main.go" {
+		t.Fatalf("after compact all: %d messages, first %q", len(p0.Request.Messages), p0.Request.Messages[0].Text())
+	}
+	appendAll(t, s, chat.TextMessage(chat.RoleUser, "more"))
+	if err := m.Clear(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	p, err := m.Prepare(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Request.Messages) != 0 {
+		t.Fatalf("after clear: %d messages", len(p.Request.Messages))
+	}
+	arch, _ := m.Config().Store.ReadArchive(ctx, "s1", 0, -1)
+	if len(arch) != 21 {
+		t.Fatalf("clear archived %d of 21", len(arch))
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	bad := []Config{
+		{ToolResultCap: 10},
+		{MaskKeep: -5},
+		{KeepTurnFraction: 1.5},
+		{MaxRecoveries: 50},
+	}
+	for i, c := range bad {
+		if _, err := New(c); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%d: err = %v", i, err)
+		}
+	}
+	c := Config{}
+	c.Budget.Window, c.Budget.MaxOutput = 1000, 2000
+	if _, err := New(c); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("window < max output accepted: %v", err)
+	}
+}
+
+// A coding agent's whole run is one turn: one task message, then tool iterations. Compaction
+// cuts between complete iterations and keeps the task pinned before the summary.
+func TestSingleTurnRunSummarizes(t *testing.T) {
+	ctx := context.Background()
+	counter := tokens.NewRatio(tokens.RatioOptions{PerToken: 4})
+	cfg := Config{Counter: counter, ToolResultCap: -1, MaskKeep: -1}
+	cfg.Budget.Window, cfg.Budget.MaxOutput = 8000, 1000
+	m, s := testManager(t, cfg)
+	task := chat.TextMessage(chat.RoleUser, "Fix the failing test in pkg/handler.go")
+	appendAll(t, s, task)
+	compactions := 0
+	for i := 0; i < 60; i++ {
+		p, err := m.Prepare(ctx, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		compactions += p.Report.Compactions
+		if p.Request.Messages[0].Text() != task.Text() {
+			t.Fatalf("iteration %d: the task is not the first message", i)
+		}
+		id := fmt.Sprintf("c%d", i)
+		appendAll(t, s, call(id), chat.ToolResult(id, "bash", lines(40, "step output "+id), false))
+	}
+	if compactions == 0 {
+		t.Fatal("a single-turn run was never summarized")
+	}
+	if st := m.Stats(s); st.Evicted == 0 || st.Truncated != 0 {
+		t.Fatalf("stats %+v: want summaries, not truncation", st)
+	}
+}
+
+// Results of exempt tools are never offloaded, masked or truncated by the optional steps.
+func TestExemptTools(t *testing.T) {
+	ctx := context.Background()
+	m, s := testManager(t, Config{ToolResultCap: 1000, ExemptTools: []string{"read_file"}})
+	big := lines(300, "source line")
+	appendAll(t, s, chat.TextMessage(chat.RoleUser, "go"),
+		chat.Message{Role: chat.RoleAssistant, ToolCalls: []chat.ToolCall{{ID: "r1", Name: "read_file", Arguments: "{}"}, {ID: "b1", Name: "bash", Arguments: "{}"}}},
+		chat.ToolResult("r1", "read_file", big, false), chat.ToolResult("b1", "bash", big, false))
+	p, err := m.Prepare(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Request.Messages[2].Text() != big {
+		t.Fatal("exempt tool's result was changed")
+	}
+	if p.Request.Messages[3].Text() == big {
+		t.Fatal("non-exempt result above the cap was not offloaded")
+	}
+}
+
+// A 50 MB tool output is offloaded whole at ingestion; the request fits and nothing is lost.
+func TestFiftyMegabyteToolOutput(t *testing.T) {
+	if testing.Short() {
+		t.Skip("50 MB")
+	}
+	ctx := context.Background()
+	m, s := testManager(t, Config{})
+	huge := strings.Repeat("0123456789 abcdefghij klmnopqrstuvwxyz ABCDEFGHIJ error? no, fine\n", 50<<20/68)
+	appendAll(t, s, chat.TextMessage(chat.RoleUser, "dump it"), call("c1"), chat.ToolResult("c1", "bash", huge, false))
+	p, err := m.Prepare(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Report.InputAfter+m.Config().Budget.MaxOutput > m.Config().Budget.Window {
+		t.Fatalf("does not fit: %d", p.Report.InputAfter)
+	}
+	if n := len(p.Request.Messages[2].Text()); n > m.Config().ToolResultCap {
+		t.Fatalf("snippet of %d bytes above the cap", n)
+	}
+	full, _, err := m.Config().Store.ReadOffload(ctx, "s1", offloadKey(2, "c1"), 1, 0)
+	if err != nil || len(full) != len(huge) {
+		t.Fatalf("offloaded %d of %d bytes: %v", len(full), len(huge), err)
+	}
+}

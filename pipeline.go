@@ -1,0 +1,808 @@
+package ctxmgr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/ctxmgr/ctxmgr/budget"
+	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/provider"
+	"github.com/ctxmgr/ctxmgr/store"
+	"github.com/ctxmgr/ctxmgr/summarize"
+	"github.com/ctxmgr/ctxmgr/turns"
+)
+
+// Prepared is the request to send and what the pipeline did to make it.
+type Prepared struct {
+	// Request holds the system prompt, the tool definitions and the messages to send (the
+	// summary first, as a user message, when there is one). Body fields such as model and
+	// max_tokens are the caller's; package wire turns a Request into a provider body.
+	Request chat.Request
+	Report  Report
+}
+
+// Report says what Prepare did.
+type Report struct {
+	Window, MaxOutput int
+	// Before and After are the tokens per region around this call; InputBefore/InputAfter
+	// their sums.
+	Before, After           budget.Regions
+	InputBefore, InputAfter int
+	// Steps are the events of this call, in order.
+	Steps []Event
+	// Freed = InputBefore - InputAfter.
+	Freed int
+	// PrefixChanged: the request does not begin with the previous request's messages (a
+	// compaction event happened since), so provider prompt caches miss from the change on.
+	PrefixChanged bool
+	// SummaryVersion is the summary in force (0: none); Evicted how many messages it covers.
+	// Pinned is the history position of the latest user message when a cut passed it: it is
+	// then sent first, before the summary (-1: none). The request is [pinned], [summary],
+	// then the views of history[Evicted:].
+	SummaryVersion int
+	Evicted        int
+	Pinned         int
+	// SummaryInputTokens and SummaryOutputTokens are what summaries cost in this call.
+	SummaryInputTokens, SummaryOutputTokens int
+	// Compactions counts summaries made in this call.
+	Compactions int
+}
+
+// Prepare runs the pipeline and returns the exact request to send. Call it before every LLM
+// call. The request is valid (tool calls paired), fits the window (input + max output + margin
+// <= window, by the configured counter), and begins with the previous request's messages
+// unless Report.PrefixChanged. If even the system prompt, the tools and the latest user
+// message do not fit, it returns a *NoFitError (errors.Is ErrDoesNotFit) with the numbers.
+func (m *Manager) Prepare(ctx context.Context, s *Session) (Prepared, error) {
+	return s.prepare(ctx, false)
+}
+
+func (s *Session) prepare(ctx context.Context, force bool) (Prepared, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return Prepared{}, err
+	}
+	if err := s.pending(); err != nil {
+		return Prepared{}, err
+	}
+	cfg := &s.m.cfg
+	rep := &Report{Window: cfg.Budget.Window, MaxOutput: cfg.Budget.MaxOutput, Before: s.regions()}
+	rep.InputBefore = s.plan().Input
+
+	if cfg.RollingRewrite {
+		if err := s.rewrite(ctx, false, "rolling", rep); err != nil {
+			return Prepared{}, err
+		}
+	}
+	if cfg.AgeOut && cfg.OldToolResultCap > 0 {
+		if err := s.ageOut(ctx, rep); err != nil {
+			return Prepared{}, err
+		}
+	}
+	if force || s.overTrigger() {
+		if !cfg.RollingRewrite {
+			if err := s.rewrite(ctx, force, "over the compaction threshold", rep); err != nil {
+				return Prepared{}, err
+			}
+		}
+		if (force || s.overTrigger()) && !cfg.DisableSummary {
+			if err := s.summarize(ctx, s.keepCut, "", "over the compaction threshold", rep); err != nil {
+				return Prepared{}, err
+			}
+		}
+	} else if cfg.Background && !cfg.DisableSummary && s.plan().OverSoft {
+		s.startBackground()
+	}
+	if err := s.shrinkToFit(ctx, rep); err != nil {
+		return Prepared{}, err
+	}
+	return s.build(ctx, rep)
+}
+
+// pending reports tool calls still waiting for results: such a request would be rejected.
+func (s *Session) pending() error {
+	if len(s.open) == 0 {
+		return nil
+	}
+	idx := -1
+	var id string
+	for k, i := range s.open {
+		if idx < 0 || i < idx || i == idx && k < id {
+			idx, id = i, k
+		}
+	}
+	return &chat.Error{Index: idx, Field: "tool_calls", Err: chat.ErrMissingToolResult, Detail: fmt.Sprintf("call %q has no result yet; append the tool results before preparing the next request", id)}
+}
+
+// overTrigger reports whether compaction should run: over the threshold by the one budget
+// formula, or over a count trigger of a seed preset.
+func (s *Session) overTrigger() bool {
+	cfg := &s.m.cfg
+	p := s.plan()
+	if cfg.TriggerTokens > 0 {
+		if p.Input+p.MaxOutput > cfg.TriggerTokens {
+			return true
+		}
+	} else if p.OverThreshold {
+		return true
+	}
+	n := len(s.entries) - s.start
+	if cfg.MaxMessages > 0 && n > cfg.MaxMessages {
+		return true
+	}
+	if cfg.MaxTurns > 0 && len(turns.Boundaries(s.live())) > cfg.MaxTurns {
+		return true
+	}
+	return p.OverBudget
+}
+
+// shrinkToFit runs the forced steps until the request fits: every rewrite regardless of its
+// saving, a summary that keeps only the active turn, middle-out truncation, dropping older
+// reasoning. Then a *NoFitError if it still does not fit.
+func (s *Session) shrinkToFit(ctx context.Context, rep *Report) error {
+	if s.plan().Fits {
+		return nil
+	}
+	if err := s.rewrite(ctx, true, "over budget", rep); err != nil {
+		return err
+	}
+	if !s.plan().Fits && !s.m.cfg.DisableSummary {
+		if err := s.summarize(ctx, s.minCut, "", "over budget: keep only the latest iteration", rep); err != nil {
+			return err
+		}
+	}
+	for round := 0; round < 4 && !s.plan().Fits; round++ {
+		if err := s.truncate(ctx, rep); err != nil {
+			return err
+		}
+	}
+	if !s.plan().Fits {
+		s.dropReasoning(rep)
+	}
+	if p := s.plan(); !p.Fits {
+		latest := 0
+		for i := len(s.entries) - 1; i >= s.start; i-- {
+			if s.entries[i].orig.Role == chat.RoleUser {
+				latest = s.entries[i].tokens
+				break
+			}
+		}
+		return &NoFitError{Window: p.Window, MaxOutput: p.MaxOutput, Margin: p.Margin, System: p.System,
+			Tools: p.Tools, Summary: p.Summary, History: p.History, LatestUser: latest}
+	}
+	return nil
+}
+
+// build assembles the request from the current state.
+func (s *Session) build(ctx context.Context, rep *Report) (Prepared, error) {
+	msgs := make([]chat.Message, 0, len(s.entries)-s.start+2)
+	if s.pinned >= 0 {
+		msgs = append(msgs, s.entries[s.pinned].view)
+	}
+	if s.summary != nil && s.summary.Text != "" {
+		msgs = append(msgs, s.summaryMsg)
+	}
+	for i := s.start; i < len(s.entries); i++ {
+		msgs = append(msgs, s.entries[i].view)
+	}
+	// Appends keep the history valid by construction (Session.check); only a compaction event
+	// (a cut, a new view) could break it, so the whole request is re-validated only then. A
+	// failure is a bug, never a request to send.
+	if s.epoch != s.validEpoch || !s.validated {
+		if err := turns.Validate(msgs, turns.ValidateOptions{}); err != nil {
+			return Prepared{}, fmt.Errorf("ctxmgr: internal error: prepared request is invalid: %w", err)
+		}
+		s.validEpoch, s.validated = s.epoch, true
+	}
+	if err := s.persistState(ctx); err != nil {
+		return Prepared{}, err
+	}
+	rep.After = s.regions()
+	rep.InputAfter = s.plan().Input
+	rep.Freed = rep.InputBefore - rep.InputAfter
+	rep.PrefixChanged = s.sent && s.epoch != s.sentEpoch
+	s.sent, s.sentEpoch = true, s.epoch
+	if s.summary != nil {
+		rep.SummaryVersion = s.summary.Version
+	}
+	rep.Evicted, rep.Pinned = s.start, s.pinned
+	return Prepared{
+		Request: chat.Request{System: s.system, Tools: s.tools, Messages: msgs},
+		Report:  *rep,
+	}, nil
+}
+
+func (s *Session) note(rep *Report, ev Event) {
+	if ev.Freed == 0 {
+		ev.Freed = ev.Before - ev.After
+	}
+	ev.Session = s.id
+	rep.Steps = append(rep.Steps, ev)
+	s.m.emit(s, ev)
+}
+
+// keepCut is the history position compaction may evict up to: the keep rules of the config
+// (the reserve by default), snapped backwards to a safe cut (see snapCut). It returns s.start
+// when nothing can be evicted.
+func (s *Session) keepCut() int {
+	cfg := &s.m.cfg
+	live := s.live()
+	n := len(live)
+	if n == 0 {
+		return s.start
+	}
+	target := n
+	counted := cfg.KeepMessages > 0 || cfg.KeepUserTurns > 0 || cfg.KeepTurnFraction > 0
+	if !counted {
+		keep := s.window().ReserveTokens()
+		sum := 0
+		for i := n - 1; i >= 0; i-- {
+			sum += s.entries[s.start+i].tokens
+			if sum > keep {
+				target = i + 1
+				break
+			}
+			target = i
+		}
+	}
+	b := turns.Boundaries(live)
+	if cfg.KeepMessages > 0 {
+		target = min(target, max(0, n-cfg.KeepMessages))
+	}
+	if cfg.KeepUserTurns > 0 {
+		if len(b) >= cfg.KeepUserTurns {
+			target = min(target, b[len(b)-cfg.KeepUserTurns])
+		} else {
+			target = 0
+		}
+	}
+	if cfg.KeepTurnFraction > 0 && len(b) > 0 {
+		keepTurns := int(math.Ceil(cfg.KeepTurnFraction * float64(len(b))))
+		target = min(target, b[len(b)-max(1, keepTurns)])
+	}
+	return s.snapCut(live, target)
+}
+
+// minCut evicts all but the last safe part of the live history: the latest iteration (an
+// assistant message and its results) or the latest user message.
+func (s *Session) minCut() int {
+	live := s.live()
+	return s.snapCut(live, len(live)-1)
+}
+
+// snapCut snaps a live-relative target backwards to the nearest safe cut and returns it as a
+// history position (s.start when there is none): a turn boundary, or, unless Config.TurnCuts,
+// the start of a tool iteration no call crosses (turns.SafeCutBackwardIteration), so that one
+// long turn (a coding agent's whole run) can be cut too. The latest user message is never
+// evicted: a cut past it pins it (see Session.pinned).
+func (s *Session) snapCut(live []chat.Message, target int) int {
+	target = min(target, len(live)-1)
+	if target <= 0 {
+		return s.start
+	}
+	cutAt := turns.SafeCutBackwardIteration
+	if s.m.cfg.TurnCuts {
+		cutAt = turns.SafeCutBackward
+	}
+	if cut, ok := cutAt(live, target); ok && cut > 0 {
+		return s.start + cut
+	}
+	return s.start
+}
+
+// rewrite is the batched step on old tool results: re-truncation to the older cap and masking
+// to stubs. Unless force, it applies only when that frees at least MaskMinSaving tokens, so the
+// prefix (and the provider's prompt cache) changes rarely.
+func (s *Session) rewrite(ctx context.Context, force bool, reason string, rep *Report) error {
+	cfg := &s.m.cfg
+	if cfg.MaskKeep < 0 && cfg.OldToolResultCap == 0 {
+		return nil
+	}
+	// Live tool results, newest first, with their rank and position from the end in tokens.
+	type cand struct {
+		i    int
+		kind viewKind
+		save int
+	}
+	var cands []cand
+	saving := 0
+	protected := make(map[int]bool)
+	if cfg.MaskProtectTokens > 0 {
+		sum := 0
+		for i := len(s.entries) - 1; i >= s.start && sum < cfg.MaskProtectTokens; i-- {
+			sum += s.entries[i].tokens
+			protected[i] = true
+		}
+	}
+	rank := 0
+	for k := len(s.results) - 1; k >= 0; k-- {
+		i := s.results[k]
+		if i < s.start {
+			break
+		}
+		r := rank
+		rank++
+		e := &s.entries[i]
+		if e.exempt || e.kind == viewMasked || e.kind == viewTruncated {
+			continue
+		}
+		if cfg.MaskKeep >= 0 && r >= cfg.MaskKeep && !protected[i] {
+			const stubTokens = 60
+			if e.tokens >= 2*stubTokens {
+				cands = append(cands, cand{i, viewMasked, e.tokens - stubTokens})
+				saving += e.tokens - stubTokens
+			}
+			continue
+		}
+		if cfg.OldToolResultCap > 0 && r >= cfg.RecentToolResults && e.size > cfg.OldToolResultCap && e.kind != viewRetruncated {
+			est := e.tokens - e.tokens*cfg.OldToolResultCap/max(1, textBytes(&e.view))
+			if est > 0 {
+				cands = append(cands, cand{i, viewRetruncated, est})
+				saving += est
+			}
+		}
+	}
+	if len(cands) == 0 {
+		return nil
+	}
+	if !force && saving < max(cfg.MaskMinSaving, 0) {
+		return nil
+	}
+	before := s.plan().Input
+	slices.SortFunc(cands, func(a, b cand) int { return a.i - b.i })
+	masked, cut := 0, 0
+	for _, c := range cands {
+		e := &s.entries[c.i]
+		off, err := s.offload(ctx, c.i, e)
+		if err != nil {
+			return err
+		}
+		e.off = &off
+		if c.kind == viewMasked {
+			s.setView(c.i, stubView(&e.orig, off, e.tokens), viewMasked)
+			masked++
+		} else {
+			s.setView(c.i, snippetView(&e.orig, off, cfg.OldToolResultCap), viewRetruncated)
+			cut++
+		}
+	}
+	after := s.plan().Input
+	if masked > 0 {
+		s.note(rep, Event{Step: StepMask, Reason: reason, Before: before, After: after, Messages: masked + cut})
+	} else {
+		s.note(rep, Event{Step: StepRetrunc, Reason: reason, Before: before, After: after, Messages: cut})
+	}
+	return nil
+}
+
+// cachedPriceRatio is what a prompt-cache hit costs relative to an uncached input token, as
+// the major providers price it (Anthropic 0.1, OpenAI 0.1-0.5; the lower figure makes rewrites
+// rarer, which errs on the side of the cache).
+const cachedPriceRatio = 0.1
+
+// ageOut re-truncates aged tool results where the saving covers the cache miss (see
+// Config.AgeOut). A rewrite makes the tokens after it uncached for one call, costing
+// after*(1-r) in uncached-token units (r = cachedPriceRatio); each later call saves save*r.
+// The number of calls still to come is unknown. By the Copernican argument (the present call is
+// at a uniformly random point of the run), more than a third of the calls made so far remain
+// with probability 3/4; that is the estimate, so a rewrite pays off at least 3 times in 4.
+// Rewrite when calls/3*save*r >= (after+new)*(1-r).
+func (s *Session) ageOut(ctx context.Context, rep *Report) error {
+	cfg := &s.m.cfg
+	calls := float64(max(1, s.assistants)) / 3
+	var picked []int
+	rank, after := 0, 0
+	k := len(s.results) - 1
+	for i := len(s.entries) - 1; i >= s.start; i-- {
+		e := &s.entries[i]
+		if k >= 0 && s.results[k] == i {
+			k--
+			r := rank
+			rank++
+			if r >= cfg.RecentToolResults && !e.exempt && (e.kind == viewOriginal || e.kind == viewOffloaded) && e.size > cfg.OldToolResultCap {
+				keep := e.tokens * cfg.OldToolResultCap / max(1, textBytes(&e.view))
+				save := e.tokens - keep
+				if calls*float64(save)*cachedPriceRatio >= float64(after+keep)*(1-cachedPriceRatio) {
+					picked = append(picked, i)
+				}
+			}
+		}
+		after += e.tokens
+	}
+	if len(picked) == 0 {
+		return nil
+	}
+	before := s.plan().Input
+	for _, i := range picked {
+		e := &s.entries[i]
+		off, err := s.offload(ctx, i, e)
+		if err != nil {
+			return err
+		}
+		e.off = &off
+		s.setView(i, snippetView(&e.orig, off, cfg.OldToolResultCap), viewRetruncated)
+	}
+	s.note(rep, Event{Step: StepRetrunc, Reason: "aged out: the saving over the calls to come covers the cache miss", Before: before, After: s.plan().Input, Messages: len(picked)})
+	return nil
+}
+
+// truncate cuts the largest live tool results middle-out so that the request fits, by water
+// filling: every result above a common cap is cut to it.
+func (s *Session) truncate(ctx context.Context, rep *Report) error {
+	p := s.plan()
+	need := -p.Free
+	if need <= 0 {
+		return nil
+	}
+	const overhead = 80 // tokens of the reference line
+	var idx []int
+	for _, i := range s.results {
+		if i >= s.start && !s.entries[i].exempt && s.entries[i].tokens > 2*overhead {
+			idx = append(idx, i)
+		}
+	}
+	if len(idx) == 0 {
+		return nil
+	}
+	freed := func(capTok int) int {
+		f := 0
+		for _, i := range idx {
+			if t := s.entries[i].tokens; t > capTok+overhead {
+				f += t - capTok - overhead
+			}
+		}
+		return f
+	}
+	lo, hi := 0, 0
+	for _, i := range idx {
+		hi = max(hi, s.entries[i].tokens)
+	}
+	if freed(lo) < need {
+		lo = 0 // cannot free enough from results alone; cut them all to the minimum
+	} else {
+		for lo < hi { // largest cap that frees enough
+			mid := (lo + hi + 1) / 2
+			if freed(mid) >= need {
+				lo = mid
+			} else {
+				hi = mid - 1
+			}
+		}
+	}
+	capTok := lo
+	if s.m.cfg.TruncateTokens > 0 {
+		capTok = min(capTok, s.m.cfg.TruncateTokens)
+	}
+	before := p.Input
+	n := 0
+	for _, i := range idx {
+		e := &s.entries[i]
+		if e.tokens <= capTok+overhead {
+			continue
+		}
+		off, err := s.offload(ctx, i, e)
+		if err != nil {
+			return err
+		}
+		e.off = &off
+		bytesPerTok := float64(max(1, textBytes(&e.view))) / float64(max(1, e.tokens))
+		keep := max(256, int(float64(capTok)*bytesPerTok))
+		s.setView(i, snippetView(&e.orig, off, keep), viewTruncated)
+		n++
+	}
+	if n > 0 {
+		s.note(rep, Event{Step: StepTruncate, Reason: fmt.Sprintf("one huge turn: %d tokens over budget; tool results cut middle-out to ~%d tokens", need, capTok), Before: before, After: s.plan().Input, Messages: n})
+	}
+	return nil
+}
+
+// dropReasoning removes reasoning parts from live assistant messages other than the latest
+// one (a signed thinking block cannot be shortened, only left out).
+func (s *Session) dropReasoning(rep *Report) {
+	lastAsst := -1
+	for i := len(s.entries) - 1; i >= s.start; i-- {
+		if s.entries[i].orig.Role == chat.RoleAssistant {
+			lastAsst = i
+			break
+		}
+	}
+	before := s.plan().Input
+	n := 0
+	for i := s.start; i < len(s.entries); i++ {
+		e := &s.entries[i]
+		if i == lastAsst || e.orig.Role != chat.RoleAssistant {
+			continue
+		}
+		has := slices.ContainsFunc(e.view.Content, func(p chat.Part) bool { return p.Type == chat.PartReasoning })
+		if !has {
+			continue
+		}
+		v := e.view
+		v.Content = slices.DeleteFunc(slices.Clone(v.Content), func(p chat.Part) bool { return p.Type == chat.PartReasoning })
+		if len(v.Content) == 0 && len(v.ToolCalls) == 0 {
+			v.Content = []chat.Part{{Type: chat.PartText, Text: "[reasoning omitted]"}}
+		}
+		s.setView(i, v, viewNoReasoning)
+		n++
+	}
+	if n > 0 {
+		s.note(rep, Event{Step: StepTruncate, Reason: "older reasoning dropped", Before: before, After: s.plan().Input, Messages: n})
+	}
+}
+
+// summarize folds history[start:cut] into the summary, cut = cutFn(): archive the evicted
+// messages verbatim, summarize them incrementally from the previous summary, store the new
+// version, and only then change the context. The session lock is released while the store and
+// the summarizer work; if another call compacted meanwhile, the result is dropped (nothing is
+// lost: the archive is idempotent and the history is untouched) and the cut is planned again
+// from the new state, a bounded number of times.
+func (s *Session) summarize(ctx context.Context, cutFn func() int, instruction, reason string, rep *Report) error {
+	settled := func() bool { return instruction == "" && !s.overTrigger() && s.plan().Fits }
+	for attempt := 0; attempt < 3; attempt++ {
+		if s.bg != nil {
+			if err := s.applyBackground(ctx, rep); err != nil {
+				return err
+			}
+			if settled() {
+				return nil
+			}
+		}
+		cut := cutFn()
+		if cut <= s.start {
+			if s.plan().OverThreshold {
+				s.note(rep, Event{Step: StepSkip, Reason: "summarize: no safe cut outside the reserved zone (one huge turn)"})
+			}
+			return nil
+		}
+		job := s.newJob(cut, instruction)
+		s.mu.Unlock()
+		job.run(ctx, s.m)
+		s.mu.Lock()
+		applied, err := s.applyJob(ctx, job, reason, rep)
+		if err != nil || applied || settled() {
+			return err
+		}
+	}
+	return nil
+}
+
+// job is one summary in the making.
+type job struct {
+	session         string
+	from, cut, base int
+	oldPinned       int // pinned before the job (-1: none)
+	pinned          int // pinned after it (-1: none)
+	prev            string
+	runs            []archiveRange // contiguous runs of evicted positions, in order
+	evicted         []chat.Message
+	ranges          []archiveRange
+	instruction     string
+	target          int
+	done            chan struct{}
+
+	res summarize.Result
+	err error
+}
+
+// newJob plans the eviction of history[start:cut]. The latest user message is never evicted
+// while it is the latest: when the cut passes it, it stays pinned in the request. A message
+// pinned earlier that is no longer the latest is evicted (summarized and archived) now.
+func (s *Session) newJob(cut int, instruction string) *job {
+	j := &job{session: s.id, from: s.start, cut: cut, instruction: instruction, target: s.m.cfg.SummaryTokens,
+		ranges: slices.Clone(s.archives), done: make(chan struct{}), oldPinned: s.pinned, pinned: -1}
+	if s.summary != nil {
+		j.base, j.prev = s.summary.Version, s.summary.Text
+	}
+	switch {
+	case s.lastUser >= s.start && s.lastUser < cut:
+		j.pinned = s.lastUser
+	case s.pinned >= 0 && s.pinned == s.lastUser:
+		j.pinned = s.pinned
+	}
+	add := func(from, to int) {
+		if to > from {
+			j.runs = append(j.runs, archiveRange{From: from, To: to})
+			for i := from; i < to; i++ {
+				j.evicted = append(j.evicted, s.entries[i].orig)
+			}
+		}
+	}
+	if s.pinned >= 0 && j.pinned != s.pinned {
+		add(s.pinned, s.pinned+1)
+	}
+	if j.pinned >= s.start {
+		add(s.start, j.pinned)
+		add(j.pinned+1, cut)
+	} else {
+		add(s.start, cut)
+	}
+	return j
+}
+
+func (j *job) run(ctx context.Context, m *Manager) {
+	defer close(j.done)
+	for k := range j.runs {
+		r := &j.runs[k]
+		off := 0
+		for _, q := range j.runs[:k] {
+			off += q.To - q.From
+		}
+		loc, err := m.cfg.Store.Archive(ctx, j.session, r.From, j.evicted[off:off+r.To-r.From])
+		if err != nil {
+			j.err = m.storeErr("archive", err)
+			return
+		}
+		r.Where = loc
+	}
+	first := j.from
+	if len(j.runs) > 0 {
+		first = j.runs[0].From
+	}
+	guide := archiveGuide(append(slices.Clone(j.ranges), j.runs...))
+	req := summarize.Request{
+		Previous: j.prev, Messages: j.evicted, First: first, Instruction: j.instruction,
+		TargetTokens: j.target, ArchiveGuide: guide,
+	}
+	res, err := m.cfg.Summarizer.Summarize(ctx, req)
+	if err == nil && strings.TrimSpace(res.Text) == "" {
+		err = errors.New("summarizer returned an empty summary")
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			j.err = fmt.Errorf("ctxmgr: summarize: %w", err)
+			return
+		}
+		// A failing summarizer must not stop the agent: the deterministic extractive
+		// summarizer stands in, and an event says so. Its error text is never stored.
+		fb, ferr := m.fallback.Summarize(ctx, req)
+		if ferr != nil {
+			j.err = fmt.Errorf("ctxmgr: summarize: %w (extractive fallback: %w)", err, ferr)
+			return
+		}
+		fb.Fallback, fb.FallbackReason = true, err.Error()
+		res = fb
+	}
+	j.res = res
+}
+
+// applyJob applies a finished job if the state it was planned on is still current, and
+// reports whether it did.
+func (s *Session) applyJob(ctx context.Context, j *job, reason string, rep *Report) (bool, error) {
+	if j.err != nil {
+		return false, j.err
+	}
+	cur := 0
+	if s.summary != nil {
+		cur = s.summary.Version
+	}
+	if s.start != j.from || cur != j.base || s.pinned != j.oldPinned {
+		s.note(rep, Event{Step: StepSkip, Reason: "summary dropped: the session was compacted meanwhile"})
+		return false, nil
+	}
+	before := s.plan().Input
+	sum := store.Summary{Version: j.base + 1, Text: j.res.Text, From: 0, To: j.cut, Created: s.m.cfg.Now().UTC(), Summarizer: j.res.Summarizer}
+	if err := s.m.cfg.Store.PutSummary(ctx, s.id, sum); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			s.note(rep, Event{Step: StepSkip, Reason: "summary dropped: another writer stored a newer version"})
+			return false, nil
+		}
+		return false, s.m.storeErr("put summary", err)
+	}
+	s.archives = append(s.archives, j.runs...)
+	for _, r := range j.runs {
+		for i := r.From; i < r.To; i++ {
+			s.histTokens -= s.entries[i].tokens
+		}
+	}
+	s.start, s.pinned = j.cut, j.pinned
+	s.setSummary(&sum)
+	rep.Compactions++
+	rep.SummaryInputTokens += j.res.InputTokens
+	rep.SummaryOutputTokens += j.res.OutputTokens
+	if j.res.Fallback {
+		s.note(rep, Event{Step: StepFallback, Reason: j.res.FallbackReason})
+	}
+	s.note(rep, Event{Step: StepSummarize, Reason: reason, Before: before, After: s.plan().Input, Messages: len(j.evicted)})
+	return true, nil
+}
+
+func (s *Session) setSummary(sum *store.Summary) {
+	s.summary = sum
+	s.summaryMsg = chat.Message{}
+	s.summaryTokens = 0
+	if sum != nil && sum.Text != "" {
+		s.summaryMsg = chat.TextMessage(chat.RoleUser, fmt.Sprintf("[ctxmgr: summary v%d of the %d earlier messages of this conversation]\n%s", sum.Version, sum.To, sum.Text))
+		s.summaryMsg.Meta = map[string]string{"ctxmgr": "summary"}
+		s.summaryTokens = s.m.cfg.Counter.Message(&s.summaryMsg)
+	}
+	s.epoch++
+}
+
+// archiveGuide tells the agent where the raw evicted messages are.
+func archiveGuide(ranges []archiveRange) string {
+	var b strings.Builder
+	b.WriteString("Earlier messages are archived verbatim (positions count from 0):\n")
+	for _, r := range ranges {
+		fmt.Fprintf(&b, "- messages %d-%d: %s\n", r.From, r.To-1, r.Where)
+	}
+	return b.String()
+}
+
+// startBackground begins a summary at the soft threshold.
+func (s *Session) startBackground() {
+	if s.bg != nil {
+		return
+	}
+	cut := s.keepCut()
+	if cut <= s.start {
+		return
+	}
+	j := s.newJob(cut, "")
+	s.bg = j
+	m := s.m
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		j.run(m.ctx, m)
+	}()
+}
+
+// applyBackground waits for the background summary and applies it if the history it covered
+// is still the oldest live part (version check); otherwise it is dropped.
+func (s *Session) applyBackground(ctx context.Context, rep *Report) error {
+	j := s.bg
+	s.bg = nil
+	s.mu.Unlock()
+	select {
+	case <-j.done:
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	select {
+	case <-j.done:
+	default:
+		s.bg = j // still running; the next call may use it
+		return ctx.Err()
+	}
+	if j.err != nil {
+		s.note(rep, Event{Step: StepSkip, Reason: "background summary failed: " + j.err.Error()})
+		return nil
+	}
+	_, err := s.applyJob(ctx, j, "background summary (soft threshold)", rep)
+	return err
+}
+
+// Recover handles a provider error. When it is a context overflow (provider.IsOverflowError),
+// it compacts to a tighter target (each attempt gives up another 10% of the window, at most
+// half of it, and the session keeps that margin from then on) and returns a new request; after Config.MaxRecoveries attempts without a new message it returns
+// ErrRecoveryExhausted. Any other error is returned as is.
+func (m *Manager) Recover(ctx context.Context, s *Session, providerErr error) (Prepared, error) {
+	if !provider.IsOverflowError(providerErr) {
+		return Prepared{}, providerErr
+	}
+	s.mu.Lock()
+	s.recoveries++
+	n := s.recoveries
+	if n > m.cfg.MaxRecoveries {
+		s.mu.Unlock()
+		return Prepared{}, fmt.Errorf("%w after %d attempts: %w", ErrRecoveryExhausted, n-1, providerErr)
+	}
+	// The provider counts more than we do: give up 10% of the window per attempt, at most
+	// half of it, for the rest of the session (the Store keeps it across restarts).
+	s.extraSlack = max(s.extraSlack, min(n*m.cfg.Budget.Window/10, m.cfg.Budget.Window/2))
+	s.mu.Unlock()
+	p, err := s.prepare(ctx, true)
+	if err != nil {
+		return p, err
+	}
+	ev := Event{Step: StepRecover, Reason: fmt.Sprintf("provider overflow, attempt %d: target shrunk by %d tokens", n, n*m.cfg.Budget.Window/10),
+		Before: p.Report.InputBefore, After: p.Report.InputAfter}
+	p.Report.Steps = append(p.Report.Steps, ev)
+	m.emit(s, ev)
+	return p, nil
+}

@@ -1,0 +1,99 @@
+package ctxmgr
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/ctxmgr/ctxmgr/budget"
+	"github.com/ctxmgr/ctxmgr/tokens"
+)
+
+// Preset names. "default" is ctxmgr's own tuning; the five seed presets reproduce the documented
+// defaults of the systems ctxmgr learns from (DESIGN.md section 7) on ctxmgr's mechanism, so
+// that they can be compared side by side (ctxmgr replay); "masking" is the published
+// observation-masking baseline (keep the last 10 tool outputs).
+const (
+	PresetDefault   = "default"
+	PresetMasking   = "masking"
+	PresetCoPaw     = "copaw"
+	PresetQwenPaw   = "qwenpaw"
+	PresetPicoclaw  = "picoclaw"
+	PresetCowAgent  = "cowagent"
+	PresetBaseAgent = "baseagent"
+)
+
+// Presets lists the preset names.
+func Presets() []string {
+	return []string{PresetDefault, PresetMasking, PresetCoPaw, PresetQwenPaw, PresetPicoclaw, PresetCowAgent, PresetBaseAgent}
+}
+
+// Preset returns the configuration of a preset for a window of `window` tokens with
+// `maxOutput` tokens of reply. Store, Summarizer, Logger, Now and OnEvent are left for the
+// caller; the token Counter is part of the preset where the seed system estimates tokens its
+// own way (nil means ctxmgr's exact default).
+func Preset(name string, window, maxOutput int) (Config, error) {
+	w := budget.Window{Window: window, MaxOutput: maxOutput}
+	switch name {
+	case PresetDefault:
+		// Ours: exact tokens; tool results above 10,000 bytes (about 2,500 tokens) capped at
+		// ingestion, once, so the prefix never changes because of them, keeping head, tail
+		// and the notable lines between; a result older than the 2 newest is cut to 3,000
+		// bytes only when the tokens saved cover the cache miss of the rewrite (it is then
+		// near the end of the request); compaction late (85%) and in large batches: masking
+		// only when it frees 5% of the window, summaries down to a 20% reserve, cut between
+		// tool iterations when one turn is the whole run. Every rewrite of old history is a
+		// prompt-cache miss, so there are few of them and they are cheap.
+		// The summary may use 6% of the window (at least 1000 tokens): it is what remains
+		// of everything evicted, so it is worth more than its share of a call.
+		w.Threshold, w.Reserve = 0.85, 0.20
+		return Config{Budget: w, ToolResultCap: 10000, MaskKeep: 10, AgeOut: true, OldToolResultCap: 3000, RecentToolResults: 2,
+			SummaryTokens: max(min(1000, window/4), window*6/100)}, nil
+	case PresetMasking:
+		// Lindenbauer et al. 2025: keep the last 10 tool outputs, mask older ones, on every
+		// call; no summaries.
+		return Config{Budget: w, ToolResultCap: -1, MaskKeep: 10, MaskMinSaving: -1, RollingRewrite: true, DisableSummary: true}, nil
+	case PresetCoPaw:
+		// Trigger 0.75 x max_input_length, reserve 0.1 x window, tool-result compaction off,
+		// structured incremental summary, tokenizer counts.
+		w.Threshold, w.Reserve = 0.75, 0.10
+		return Config{Budget: w, ToolResultCap: -1, MaskKeep: -1, TurnCuts: true}, nil
+	case PresetQwenPaw:
+		// Trigger 0.8, reserve 0.1; tool results: the 2 most recent keep 50000 bytes, older
+		// ones are cut to 3000 bytes, full text offloaded to files kept 5 days; tokens are
+		// UTF-8 bytes / 4.
+		w.Threshold, w.Reserve = 0.80, 0.10
+		return Config{Budget: w, TurnCuts: true, ToolResultCap: 50000, OldToolResultCap: 3000, RecentToolResults: 2,
+			MaskKeep: -1, MaskMinSaving: -1, RollingRewrite: true, OffloadRetention: 5 * 24 * time.Hour,
+			Counter: tokens.NewRatio(tokens.RatioOptions{Name: "bytes/4", PerToken: 4})}, nil
+	case PresetPicoclaw:
+		// Summarize when the history has more than 20 messages or passes 75% of the window;
+		// keep the last 4 messages, snapped to a turn; no tool-result handling; tokens are
+		// characters * 2/5 plus 256 per media item.
+		w.Threshold = 0.75
+		return Config{Budget: w, TurnCuts: true, MaxMessages: 20, KeepMessages: 4, ToolResultCap: -1, MaskKeep: -1,
+			Counter: tokens.NewRatio(tokens.RatioOptions{Name: "chars*2/5", PerToken: 2.5, Runes: true, MediaTokens: 256})}, nil
+	case PresetCowAgent:
+		// Summarize past 20 turns or 50000 tokens, keeping the newest half of the turns;
+		// historical tool results above 20000 characters are cut head+tail; tokens estimated
+		// as characters / 4.
+		w.Threshold = 0.95
+		trigger := min(window, 50000+maxOutput)
+		return Config{Budget: w, TurnCuts: true, MaxTurns: 20, TriggerTokens: trigger, KeepTurnFraction: 0.5,
+			ToolResultCap: -1, OldToolResultCap: 20000, RecentToolResults: 2, RollingRewrite: true, MaskKeep: -1, MaskMinSaving: -1,
+			Counter: tokens.NewRatio(tokens.RatioOptions{Name: "chars/4", PerToken: 4, Runes: true})}, nil
+	case PresetBaseAgent:
+		// Compact at 85% of (window - max output) of input; keep the last 2 user turns;
+		// prune old tool outputs beyond the newest 40000 tool tokens when that frees at least
+		// 20000 tokens; tool outputs capped middle-out at 2500 tokens; tokens are chars / 4.
+		input := 0.85 * float64(window-maxOutput)
+		w.Threshold = min(1, (input+float64(maxOutput))/float64(window))
+		return Config{Budget: w, TurnCuts: true, KeepUserTurns: 2, MaskKeep: 0, MaskProtectTokens: 40000, MaskMinSaving: 20000,
+			RollingRewrite: true, ToolResultCap: 2500 * 4, TruncateTokens: 2500,
+			Counter: tokens.NewRatio(tokens.RatioOptions{Name: "chars/4", PerToken: 4, Runes: true})}, nil
+	}
+	return Config{}, fmt.Errorf("%w: unknown preset %q (known: %v)", ErrInvalidConfig, name, Presets())
+}
+
+// IsPreset reports whether name is a preset.
+func IsPreset(name string) bool { return slices.Contains(Presets(), name) }

@@ -1,0 +1,167 @@
+package ctxmgr
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/store"
+)
+
+func presetManager(t *testing.T, name string, window, maxOut int) (*Manager, *Session, *[]Event) {
+	t.Helper()
+	cfg, err := Preset(name, window, maxOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []Event
+	cfg.Store, cfg.Logger = store.NewMemory(), discardLogger()
+	cfg.OnEvent = func(e Event) { events = append(events, e) }
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatalf("preset %s: %v", name, err)
+	}
+	t.Cleanup(func() { m.Close() })
+	s, err := m.NewSession("p", []chat.Message{chat.TextMessage(chat.RoleSystem, "sys")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, s, &events
+}
+
+func TestPresetsValidate(t *testing.T) {
+	for _, name := range Presets() {
+		for _, w := range [][2]int{{200000, 32000}, {32768, 4096}, {131072, 8192}} {
+			cfg, err := Preset(name, w[0], w[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := New(cfg); err != nil {
+				t.Errorf("preset %s at %v: %v", name, w, err)
+			}
+		}
+	}
+	if _, err := Preset("nope", 1000, 100); err == nil {
+		t.Fatal("unknown preset accepted")
+	}
+}
+
+// QwenPaw offloads a 60,000-byte recent result and cuts an older one to 3,000 bytes.
+func TestPresetQwenPaw(t *testing.T) {
+	ctx := context.Background()
+	m, s, _ := presetManager(t, PresetQwenPaw, 200000, 32000)
+	appendAll(t, s, chat.TextMessage(chat.RoleUser, "go"), call("c1"), chat.ToolResult("c1", "bash", lines(6000, "first result line"), false))
+	p, err := m.Prepare(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(p.Request.Messages[2].Text()); n > 50000 || !strings.Contains(p.Request.Messages[2].Text(), "offloaded") {
+		t.Fatalf("recent 60 kB+ result: %d bytes in context, want offloaded under 50000", n)
+	}
+	appendAll(t, s, call("c2"), chat.ToolResult("c2", "bash", lines(1000, "r2"), false), call("c3"), chat.ToolResult("c3", "bash", lines(1000, "r3"), false))
+	p, err = m.Prepare(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(p.Request.Messages[2].Text()); n > 3000 {
+		t.Fatalf("older result has %d bytes, want <= 3000", n)
+	}
+	if n := len(p.Request.Messages[6].Text()); n < 3000 {
+		t.Fatalf("recent result was cut to %d bytes", n)
+	}
+}
+
+// Picoclaw summarizes past 20 messages keeping the last turn-snapped 4.
+func TestPresetPicoclaw(t *testing.T) {
+	ctx := context.Background()
+	m, s, _ := presetManager(t, PresetPicoclaw, 200000, 32000)
+	for i := 0; i < 10; i++ {
+		appendAll(t, s, chat.TextMessage(chat.RoleUser, fmt.Sprintf("q%d", i)), chat.TextMessage(chat.RoleAssistant, "a"))
+	}
+	appendAll(t, s, chat.TextMessage(chat.RoleUser, "q10"), call("c1"), chat.ToolResult("c1", "bash", "ok", false))
+	p, err := m.Prepare(ctx, s) // 23 messages > 20
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Report.Compactions != 1 {
+		t.Fatalf("compactions = %d", p.Report.Compactions)
+	}
+	// The last 4 messages ("a", "q10", call, result) snapped back to the start of their
+	// turn: never fewer than 4 kept.
+	live := p.Request.Messages[1:]
+	if len(live) != 5 || live[0].Text() != "q9" {
+		t.Fatalf("kept %d messages starting %q; want 5 from q9", len(live), live[0].Text())
+	}
+}
+
+// BaseAgent prunes old tool output only when at least 20,000 tokens are freed.
+func TestPresetBaseAgent(t *testing.T) {
+	ctx := context.Background()
+	m, s, events := presetManager(t, PresetBaseAgent, 200000, 32000)
+	appendAll(t, s, chat.TextMessage(chat.RoleUser, "go"))
+	pruned := false
+	for i := 0; i < 60 && !pruned; i++ {
+		id := fmt.Sprintf("c%d", i)
+		appendAll(t, s, call(id), chat.ToolResult(id, "bash", lines(550, "output of "+id), false)) // ~2400 tokens each
+		if _, err := m.Prepare(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range *events {
+			if e.Step == StepMask {
+				pruned = true
+				if e.Freed < 20000 {
+					t.Fatalf("pruned only %d tokens", e.Freed)
+				}
+				// 40000 tokens of the newest tool output stay.
+			}
+		}
+	}
+	if !pruned {
+		t.Fatal("never pruned")
+	}
+}
+
+// CoPaw: no tool-result handling; compaction at 75% keeps a 10% reserve.
+func TestPresetCoPaw(t *testing.T) {
+	ctx := context.Background()
+	m, s, _ := presetManager(t, PresetCoPaw, 20000, 2000)
+	compactions := 0
+	for i := 0; i < 40; i++ {
+		appendAll(t, s, chat.TextMessage(chat.RoleUser, fmt.Sprintf("q%d %s", i, strings.Repeat("word ", 600))))
+		p, err := m.Prepare(ctx, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		compactions += p.Report.Compactions
+		if p.Report.InputAfter+2000 > 15000 {
+			t.Fatalf("call %d left over 75%% of the window: %d", i, p.Report.InputAfter)
+		}
+		appendAll(t, s, chat.TextMessage(chat.RoleAssistant, "ok"))
+	}
+	if compactions == 0 {
+		t.Fatal("never compacted")
+	}
+}
+
+// CowAgent: summarize past 20 turns, keep the newest half.
+func TestPresetCowAgent(t *testing.T) {
+	ctx := context.Background()
+	m, s, _ := presetManager(t, PresetCowAgent, 200000, 32000)
+	for i := 0; i < 21; i++ {
+		appendAll(t, s, chat.TextMessage(chat.RoleUser, fmt.Sprintf("q%d", i)), chat.TextMessage(chat.RoleAssistant, "a"))
+	}
+	appendAll(t, s, chat.TextMessage(chat.RoleUser, "q21"))
+	p, err := m.Prepare(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Report.Compactions != 1 {
+		t.Fatalf("compactions = %d", p.Report.Compactions)
+	}
+	// 22 turns, newest half = 11 turns kept (q11..q21).
+	if got := p.Request.Messages[1].Text(); got != "q11" {
+		t.Fatalf("first kept message %q, want q11", got)
+	}
+}

@@ -1,0 +1,172 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ctxmgr/ctxmgr/store"
+	"github.com/ctxmgr/ctxmgr/tokens"
+)
+
+// instantUpstream answers every chat request at once with a fixed small completion.
+func instantUpstream() *httptest.Server {
+	const answer = `{"id":"chatcmpl-bench","object":"chat.completion","created":1,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":1,"total_tokens":11}}`
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, answer)
+	}))
+}
+
+// benchConversation is an OpenAI-format agent history of about `target` tokens: turns of a
+// user request, an assistant tool call, a tool result of a few hundred tokens, and a reply.
+type benchConversation struct {
+	msgs []map[string]any
+}
+
+func newBenchConversation(target int) *benchConversation {
+	c := &benchConversation{msgs: []map[string]any{{"role": "system", "content": "You are a coding agent. Use the tools to inspect and change the repository."}}}
+	counter, _ := tokens.ForEncoding(tokens.O200kBase)
+	total := 0
+	for turn := 0; total < target; turn++ {
+		var out strings.Builder
+		for i := 0; i < 30; i++ {
+			fmt.Fprintf(&out, "pkg/mod%d/file%d.go:%d: func Handler%d(ctx context.Context) error { return nil } // ok\n", turn, i, i*7, i)
+		}
+		id := fmt.Sprintf("call_%d", turn)
+		add := []map[string]any{
+			{"role": "user", "content": fmt.Sprintf("Step %d: grep the handlers in module %d and tell me which ones return errors.", turn, turn)},
+			{"role": "assistant", "content": nil, "tool_calls": []any{map[string]any{"id": id, "type": "function",
+				"function": map[string]any{"name": "grep", "arguments": fmt.Sprintf(`{"pattern":"func Handler","path":"pkg/mod%d"}`, turn)}}}},
+			{"role": "tool", "tool_call_id": id, "content": out.String()},
+			{"role": "assistant", "content": fmt.Sprintf("Module %d has 30 handlers; none returns an error yet.", turn)},
+		}
+		c.msgs = append(c.msgs, add...)
+		total += counter.Text(out.String()) + 80
+	}
+	return c
+}
+
+// next appends a user message and returns the request body (the client's whole history).
+func (c *benchConversation) body(step int) []byte {
+	c.msgs = append(c.msgs, map[string]any{"role": "user", "content": fmt.Sprintf("Now check step %d again.", step)})
+	b, _ := json.Marshal(map[string]any{"model": "gpt-4o", "max_completion_tokens": 4096, "messages": c.msgs,
+		"tools": []any{map[string]any{"type": "function", "function": map[string]any{"name": "grep", "parameters": map[string]any{"type": "object"}}}}})
+	c.msgs = append(c.msgs, map[string]any{"role": "assistant", "content": "ok"})
+	return b
+}
+
+func post(b testing.TB, client *http.Client, url, session string, body []byte) time.Duration {
+	req, _ := http.NewRequest("POST", url+"/v1/chat/completions", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer sk-bench")
+	if session != "" {
+		req.Header.Set(SessionHeader, session)
+	}
+	t0 := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	d := time.Since(t0)
+	if resp.StatusCode != 200 {
+		b.Fatalf("status %d", resp.StatusCode)
+	}
+	return d
+}
+
+func percentile(ds []time.Duration, p float64) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(float64(len(s))*p))]
+}
+
+// BenchmarkProxyOverhead measures the latency the proxy adds (the time through the proxy minus
+// the time of the same request sent straight to an upstream that answers at once, paired per
+// request) for a session whose history is 10K or 100K tokens, growing by a turn each request
+// (an agent's steady state), and the throughput of 50 concurrent sessions of 10K tokens.
+//
+//	go test -run '^$' -bench ProxyOverhead -benchtime 200x ./proxy
+func BenchmarkProxyOverhead(b *testing.B) {
+	up := instantUpstream()
+	defer up.Close()
+	newProxy := func(b *testing.B, window int) *httptest.Server {
+		srv, err := New(Config{UpstreamOpenAI: up.URL, Store: store.NewMemory(), Window: window, Logger: quietLogger()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		px := httptest.NewServer(srv.Handler())
+		b.Cleanup(func() { px.Close(); _ = srv.Close() })
+		return px
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 100}}
+	cases := []struct {
+		name         string
+		size, window int
+	}{
+		{"latency-10K", 10000, 200000},
+		{"latency-100K", 100000, 200000},
+		// A history larger than the window: compacted, so every request is re-encoded with
+		// the summary (the steady state of a long session).
+		{"latency-100K-compacted", 100000, 64000},
+	}
+	for _, c := range cases {
+		size := c.size
+		b.Run(c.name, func(b *testing.B) {
+			px := newProxy(b, c.window)
+			conv := newBenchConversation(size)
+			post(b, client, px.URL, "bench", conv.body(-1)) // the session's first request
+			added := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				body := conv.body(i)
+				direct := post(b, client, up.URL, "", body)
+				through := post(b, client, px.URL, "bench", body)
+				added = append(added, max(0, through-direct))
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(percentile(added, 0.50).Microseconds()), "p50-µs")
+			b.ReportMetric(float64(percentile(added, 0.99).Microseconds()), "p99-µs")
+			b.ReportMetric(float64(len(conv.body(0))/1024), "body-KiB")
+		})
+	}
+	b.Run("throughput-50-sessions-10K", func(b *testing.B) {
+		px := newProxy(b, 200000)
+		const sessions = 50
+		convs := make([]*benchConversation, sessions)
+		base := newBenchConversation(10000)
+		for i := range convs {
+			convs[i] = &benchConversation{msgs: slices.Clone(base.msgs)}
+			convs[i].msgs[0] = map[string]any{"role": "system", "content": fmt.Sprintf("You are agent %d.", i)}
+			post(b, client, px.URL, fmt.Sprintf("s%d", i), convs[i].body(-1))
+		}
+		b.ResetTimer()
+		t0 := time.Now()
+		var wg sync.WaitGroup
+		per := (b.N + sessions - 1) / sessions
+		for i := 0; i < sessions; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				for j := 0; j < per; j++ {
+					post(b, client, px.URL, fmt.Sprintf("s%d", i), convs[i].body(j))
+				}
+			}(i)
+		}
+		wg.Wait()
+		el := time.Since(t0)
+		b.StopTimer()
+		b.ReportMetric(float64(per*sessions)/el.Seconds(), "req/s")
+	})
+}

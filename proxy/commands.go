@@ -1,0 +1,270 @@
+package proxy
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	ctxmgr "github.com/ctxmgr/ctxmgr"
+	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/proxy/sse"
+)
+
+// replyPrefix starts every answer the proxy gives itself; an assistant message that starts
+// with it and follows a command is the proxy's answer, not history.
+const replyPrefix = "[ctxmgr]"
+
+// command is a conversation command: /compact [instruction], /context, /context clear.
+type command struct {
+	name string // compact, context, clear
+	arg  string
+}
+
+func parseCommand(m *chat.Message) (command, bool) {
+	if m.Role != chat.RoleUser || len(m.ToolCalls) > 0 {
+		return command{}, false
+	}
+	t := strings.TrimSpace(m.Text())
+	switch {
+	case t == "/compact":
+		return command{name: "compact"}, true
+	case strings.HasPrefix(t, "/compact ") || strings.HasPrefix(t, "/compact\n"):
+		return command{name: "compact", arg: strings.TrimSpace(t[len("/compact"):])}, true
+	case t == "/context":
+		return command{name: "context"}, true
+	case t == "/context clear":
+		return command{name: "clear"}, true
+	}
+	return command{}, false
+}
+
+// splitCommands returns the history without earlier command exchanges (a command and the
+// proxy's answer that follows it are not conversation) and the command of the latest message,
+// if it is one.
+func splitCommands(msgs []chat.Message) ([]chat.Message, *command) {
+	var cur *command
+	if n := len(msgs); n > 0 {
+		if c, ok := parseCommand(&msgs[n-1]); ok {
+			cur = &c
+			msgs = msgs[:n-1]
+		}
+	}
+	has := false
+	for i := range msgs {
+		if _, ok := parseCommand(&msgs[i]); ok {
+			has = true
+			break
+		}
+	}
+	if !has {
+		return msgs, cur
+	}
+	out := make([]chat.Message, 0, len(msgs))
+	for i := 0; i < len(msgs); i++ {
+		if _, ok := parseCommand(&msgs[i]); ok {
+			if i+1 < len(msgs) && msgs[i+1].Role == chat.RoleAssistant && len(msgs[i+1].ToolCalls) == 0 &&
+				strings.HasPrefix(strings.TrimSpace(msgs[i+1].Text()), replyPrefix) {
+				i++
+			}
+			continue
+		}
+		out = append(out, msgs[i])
+	}
+	return out, cur
+}
+
+// runCommand executes a command on a synced session and returns the text to answer.
+func (s *Server) runCommand(ctx context.Context, ps *psession, c *command, system []chat.Message, tools []chat.Tool) string {
+	m := ps.mgr.m
+	s.metrics.commands.WithLabelValues(c.name).Inc()
+	switch c.name {
+	case "compact":
+		res, err := m.Compact(ctx, ps.sess, c.arg)
+		if err != nil {
+			return fmt.Sprintf("%s /compact failed: %v", replyPrefix, err)
+		}
+		_ = s.syncReadTool(ps, system, tools)
+		if res.Messages == 0 {
+			return fmt.Sprintf("%s /compact: nothing to compact: the %d tokens of context are all within the reserved recent history (%d messages in the session).",
+				replyPrefix, res.TokensBefore, ps.sess.Len())
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s /compact: compacted %d messages into summary v%d; tokens before %d, after %d.\n",
+			replyPrefix, res.Messages, res.SummaryVersion, res.TokensBefore, res.TokensAfter)
+		if c.arg != "" {
+			fmt.Fprintf(&b, "Instruction: %s\n", c.arg)
+		}
+		b.WriteString("\nSummary:\n")
+		b.WriteString(res.Summary)
+		return b.String()
+	case "clear":
+		before := m.Stats(ps.sess)
+		if err := m.Clear(ctx, ps.sess); err != nil {
+			return fmt.Sprintf("%s /context clear failed: %v", replyPrefix, err)
+		}
+		_ = s.syncReadTool(ps, system, tools)
+		after := m.Stats(ps.sess)
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s /context clear: %d messages archived; the context now holds the system prompt and tools only (input %d -> %d tokens). Nothing was deleted.\n",
+			replyPrefix, after.Evicted-before.Evicted, before.Input, after.Input)
+		writeArchives(&b, after)
+		return b.String()
+	default:
+		return contextReport(ps, m.Stats(ps.sess), !s.cfg.DisableReadTool)
+	}
+}
+
+func writeArchives(b *strings.Builder, st ctxmgr.Stats) {
+	if len(st.Archives) == 0 {
+		return
+	}
+	b.WriteString("Archives (verbatim, read back with ctxmgr_read ref \"messages A-B\"):\n")
+	// Adjacent ranges in the same place read as one.
+	type span struct {
+		from, to int
+		loc      string
+	}
+	var spans []span
+	for _, a := range st.Archives {
+		m := archiveLine.FindStringSubmatch(a)
+		if m == nil {
+			fmt.Fprintf(b, "- %s\n", a)
+			continue
+		}
+		from, _ := strconv.Atoi(m[1])
+		to, _ := strconv.Atoi(m[2])
+		if n := len(spans); n > 0 && spans[n-1].loc == m[3] && spans[n-1].to+1 == from {
+			spans[n-1].to = to
+			continue
+		}
+		spans = append(spans, span{from, to, m[3]})
+	}
+	for _, sp := range spans {
+		fmt.Fprintf(b, "- messages %d-%d: %s\n", sp.from, sp.to, sp.loc)
+	}
+}
+
+func contextReport(ps *psession, st ctxmgr.Stats, readTool bool) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s /context: session %s\n", replyPrefix, ps.id)
+	roles := make([]string, 0, len(st.Messages))
+	for r := range st.Messages {
+		roles = append(roles, string(r))
+	}
+	slices.Sort(roles)
+	var parts []string
+	for _, r := range roles {
+		parts = append(parts, fmt.Sprintf("%s %d", r, st.Messages[chat.Role(r)]))
+	}
+	if len(parts) == 0 {
+		parts = []string{"none"}
+	}
+	fmt.Fprintf(&b, "Messages in context: %s; %d appended in all, %d evicted into the summary.\n", strings.Join(parts, ", "), st.Total, st.Evicted)
+	fmt.Fprintf(&b, "Tool results: %d offloaded, %d masked, %d truncated.\n", st.Offloaded, st.Masked, st.Truncated)
+	fmt.Fprintf(&b, "Tokens: system %d, tools %d, summary %d, history %d; input %d + max output %d of window %d (%.1f%% used).\n",
+		st.Regions.System, st.Regions.Tools, st.Regions.Summary, st.Regions.History, st.Input, st.MaxOutput, st.Window, st.UsePercent)
+	if st.SummaryVersion > 0 {
+		fmt.Fprintf(&b, "Summary: version %d.\n", st.SummaryVersion)
+	} else {
+		b.WriteString("Summary: none yet.\n")
+	}
+	writeArchives(&b, st)
+	if len(st.Offloads) > 0 {
+		b.WriteString("Offloaded tool results:\n")
+		for i, o := range st.Offloads {
+			if i == 20 {
+				fmt.Fprintf(&b, "- ... %d more\n", len(st.Offloads)-20)
+				break
+			}
+			fmt.Fprintf(&b, "- %s (%d bytes, %d lines)\n", o.Location, o.Bytes, o.Lines)
+		}
+	}
+	if readTool && (len(st.Archives) > 0 || len(st.Offloads) > 0) {
+		b.WriteString("The model reads these back with the ctxmgr_read tool, which the proxy answers.\n")
+	}
+	return b.String()
+}
+
+func randomID(prefix string) string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// writeLocal answers a request with text, in the client's format, streaming or not.
+func writeLocal(w http.ResponseWriter, f Format, model string, stream, includeUsage bool, text string) {
+	h := w.Header()
+	h.Set("X-Ctxmgr-Local", "1")
+	if !stream {
+		h.Set("Content-Type", "application/json")
+		var v any
+		if f == FormatAnthropic {
+			v = map[string]any{"id": randomID("msg_ctxmgr_"), "type": "message", "role": "assistant", "model": model,
+				"content": []any{map[string]any{"type": "text", "text": text}}, "stop_reason": "end_turn", "stop_sequence": nil,
+				"usage": map[string]any{"input_tokens": 0, "output_tokens": 0}}
+		} else {
+			v = map[string]any{"id": randomID("chatcmpl-ctxmgr-"), "object": "chat.completion", "created": time.Now().Unix(), "model": model,
+				"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": text, "refusal": nil},
+					"logprobs": nil, "finish_reason": "stop"}},
+				"usage": map[string]any{"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
+		}
+		_ = json.NewEncoder(w).Encode(v)
+		return
+	}
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	send := func(event string, v any) {
+		b, _ := json.Marshal(v)
+		_, _ = w.Write(sse.Format(event, b))
+	}
+	if f == FormatAnthropic {
+		send("message_start", map[string]any{"type": "message_start", "message": map[string]any{"id": randomID("msg_ctxmgr_"), "type": "message",
+			"role": "assistant", "model": model, "content": []any{}, "stop_reason": nil, "stop_sequence": nil,
+			"usage": map[string]any{"input_tokens": 0, "output_tokens": 0}}})
+		send("content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "text", "text": ""}})
+		send("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]any{"type": "text_delta", "text": text}})
+		send("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
+		send("message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": "end_turn", "stop_sequence": nil},
+			"usage": map[string]any{"output_tokens": 0}})
+		send("message_stop", map[string]any{"type": "message_stop"})
+	} else {
+		id, created := randomID("chatcmpl-ctxmgr-"), time.Now().Unix()
+		chunk := func(delta map[string]any, finish any) map[string]any {
+			return map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+				"choices": []any{map[string]any{"index": 0, "delta": delta, "logprobs": nil, "finish_reason": finish}}}
+		}
+		send("", chunk(map[string]any{"role": "assistant", "content": ""}, nil))
+		send("", chunk(map[string]any{"content": text}, nil))
+		send("", chunk(map[string]any{}, "stop"))
+		if includeUsage {
+			send("", map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": model, "choices": []any{},
+				"usage": map[string]any{"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}})
+		}
+		_, _ = w.Write([]byte("data: [DONE]\n\n"))
+	}
+	if fl, ok := w.(http.Flusher); ok {
+		fl.Flush()
+	}
+}
+
+// writeError answers an error of the proxy's own in the client's format.
+func writeError(w http.ResponseWriter, f Format, status int, typ, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Ctxmgr-Local", "1")
+	w.WriteHeader(status)
+	var v any
+	if f == FormatAnthropic {
+		v = map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg}}
+	} else {
+		v = map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": nil}}
+	}
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,314 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	ctxmgr "github.com/ctxmgr/ctxmgr"
+	"github.com/ctxmgr/ctxmgr/store"
+	"github.com/ctxmgr/ctxmgr/summarize"
+)
+
+// Format names the API format of an endpoint.
+type Format string
+
+// Formats.
+const (
+	FormatOpenAI    Format = "openai"
+	FormatAnthropic Format = "anthropic"
+)
+
+// Route sends the requests of one format whose model starts with ModelPrefix to URL. The
+// longest matching prefix wins; requests no route matches go to Config.UpstreamOpenAI or
+// Config.UpstreamAnthropic.
+type Route struct {
+	ModelPrefix string `json:"model_prefix"`
+	Format      Format `json:"format"`
+	URL         string `json:"url"`
+}
+
+// ModelLimits overrides the window and the default reply size for models whose name starts
+// with Prefix (longest prefix wins).
+type ModelLimits struct {
+	Prefix    string `json:"prefix"`
+	Window    int    `json:"window"`
+	MaxOutput int    `json:"max_output,omitempty"`
+}
+
+// Config configures a Server. Zero fields take the documented defaults.
+type Config struct {
+	// UpstreamOpenAI and UpstreamAnthropic are the base URLs requests are forwarded to, e.g.
+	// "https://api.openai.com" and "https://api.anthropic.com". The request path is appended
+	// ("/v1/chat/completions"); a base that already ends in "/v1" is not doubled.
+	UpstreamOpenAI    string
+	UpstreamAnthropic string
+	// Routes choose an upstream by model prefix (config-file alternative).
+	Routes []Route
+
+	// Store keeps sessions. Default: a new in-memory store (nothing survives a restart).
+	Store store.Store
+	// Window is the context window of models that no Models entry names. Zero means: the
+	// built-in table of common models (knownWindows: gpt-4o 128000, claude-* 200000, ...), and
+	// 200000 for the others.
+	Window int
+	// MaxOutput is the reply size reserved when a request carries no max_tokens /
+	// max_completion_tokens. Default: the budget default (32000, at most a quarter of the window).
+	MaxOutput int
+	// Models are per-model overrides of Window and MaxOutput.
+	Models []ModelLimits
+	// Preset names the ctxmgr preset (ctxmgr.Presets). Default "default".
+	Preset string
+	// Summarizer, if set, replaces the preset's (extractive) summarizer.
+	Summarizer summarize.Summarizer
+	// Tune, if set, adjusts each Manager's configuration after the preset is applied (tests
+	// use it to make the ingestion cap small, say).
+	Tune func(*ctxmgr.Config)
+
+	// MaxBodyBytes bounds a request body; larger ones get 413. Default 32 MiB.
+	MaxBodyBytes int64
+	// UpstreamTimeout bounds the wait for the upstream's response headers (a stream then runs
+	// as long as the upstream streams). Default 10 minutes.
+	UpstreamTimeout time.Duration
+	// HTTPClient sends upstream requests. Default: a client with UpstreamTimeout as its
+	// response-header timeout and no overall timeout.
+	HTTPClient *http.Client
+	// Logger receives structured logs (one record per request, with the session id). API keys
+	// and other header values are never logged. Default slog.Default().
+	Logger *slog.Logger
+	// Registry receives the Prometheus metrics; /metrics serves it when it is also a
+	// prometheus.Gatherer. Default: a registry of the Server's own.
+	Registry prometheus.Registerer
+
+	// MaxSessions bounds the sessions kept in memory (least recently used are dropped and
+	// reloaded from the Store when they come back). Default 1024.
+	MaxSessions int
+	// DisableReadTool turns off the ctxmgr_read tool (see the package documentation): offload
+	// references then only name Store locations (use a files store in a directory the agent
+	// can read).
+	DisableReadTool bool
+	// MaxReads bounds the ctxmgr_read round trips answered for one client request. Default 3.
+	MaxReads int
+
+	// knownWindows is set when Window was left zero: then the built-in table of common models
+	// applies before the 200000 default. An explicit Window applies to every model that no
+	// Models entry names.
+	knownWindows bool
+}
+
+func (c Config) withDefaults() Config {
+	if c.Store == nil {
+		c.Store = store.NewMemory()
+	}
+	if c.Window == 0 {
+		c.Window, c.knownWindows = 200000, true
+	}
+	if c.Preset == "" {
+		c.Preset = ctxmgr.PresetDefault
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = 32 << 20
+	}
+	if c.UpstreamTimeout == 0 {
+		c.UpstreamTimeout = 10 * time.Minute
+	}
+	if c.HTTPClient == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.ResponseHeaderTimeout = c.UpstreamTimeout
+		tr.MaxIdleConnsPerHost = 64
+		c.HTTPClient = &http.Client{Transport: tr}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.MaxSessions == 0 {
+		c.MaxSessions = 1024
+	}
+	if c.MaxReads == 0 {
+		c.MaxReads = 3
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.UpstreamOpenAI == "" && c.UpstreamAnthropic == "" && len(c.Routes) == 0 {
+		return fmt.Errorf("proxy: no upstream: set UpstreamOpenAI, UpstreamAnthropic or Routes")
+	}
+	if !ctxmgr.IsPreset(c.Preset) {
+		return fmt.Errorf("proxy: unknown preset %q (known: %v)", c.Preset, ctxmgr.Presets())
+	}
+	if c.Window <= 0 {
+		return fmt.Errorf("proxy: window %d must be positive", c.Window)
+	}
+	for _, r := range c.Routes {
+		if r.Format != FormatOpenAI && r.Format != FormatAnthropic {
+			return fmt.Errorf("proxy: route %q: format %q must be openai or anthropic", r.ModelPrefix, r.Format)
+		}
+		if r.URL == "" {
+			return fmt.Errorf("proxy: route %q: empty url", r.ModelPrefix)
+		}
+	}
+	for _, m := range c.Models {
+		if m.Window <= 0 || m.MaxOutput < 0 {
+			return fmt.Errorf("proxy: model limits %q: window %d, max_output %d", m.Prefix, m.Window, m.MaxOutput)
+		}
+	}
+	if c.MaxBodyBytes < 0 || c.MaxSessions < 0 || c.MaxReads < 0 {
+		return fmt.Errorf("proxy: negative limit")
+	}
+	return nil
+}
+
+// upstream returns the base URL for a request of format f and model.
+func (c *Config) upstream(f Format, model string) string {
+	best, n := "", -1
+	for _, r := range c.Routes {
+		if r.Format == f && strings.HasPrefix(model, r.ModelPrefix) && len(r.ModelPrefix) > n {
+			best, n = r.URL, len(r.ModelPrefix)
+		}
+	}
+	if n >= 0 {
+		return best
+	}
+	if f == FormatAnthropic {
+		return c.UpstreamAnthropic
+	}
+	return c.UpstreamOpenAI
+}
+
+// knownWindows are the context windows of common models, used when no Models entry matches
+// (longest prefix wins; a "provider/" prefix such as "openai/" is ignored). They are the
+// providers' documented figures, rounded down where they vary by release, so that a request is
+// never sent above a model's limit just because the operator did not configure it; the
+// --window flag (Config.Window) covers every other model.
+var knownWindows = []ModelLimits{
+	{Prefix: "gpt-3.5-turbo", Window: 16385},
+	{Prefix: "gpt-4", Window: 8192},
+	{Prefix: "gpt-4-32k", Window: 32768},
+	{Prefix: "gpt-4-turbo", Window: 128000},
+	{Prefix: "gpt-4-1106", Window: 128000},
+	{Prefix: "gpt-4-0125", Window: 128000},
+	{Prefix: "gpt-4o", Window: 128000},
+	{Prefix: "chatgpt-4o", Window: 128000},
+	{Prefix: "gpt-4.1", Window: 1000000},
+	{Prefix: "gpt-5", Window: 400000},
+	{Prefix: "o1", Window: 200000},
+	{Prefix: "o1-mini", Window: 128000},
+	{Prefix: "o3", Window: 200000},
+	{Prefix: "o4-mini", Window: 200000},
+	{Prefix: "claude-", Window: 200000},
+	{Prefix: "gemini-", Window: 1000000},
+	{Prefix: "deepseek-", Window: 64000},
+}
+
+// limits returns the window and default reply size for a model: the operator's Models entry
+// with the longest matching prefix, else the known window of the model, else Window.
+func (c *Config) limits(model string) (window, maxOutput int) {
+	window, maxOutput = c.Window, c.MaxOutput
+	if m, ok := longestPrefix(c.Models, model); ok {
+		window = m.Window
+		if m.MaxOutput > 0 {
+			maxOutput = m.MaxOutput
+		}
+		return window, maxOutput
+	}
+	name := model
+	if i := strings.LastIndexByte(name, '/'); i >= 0 {
+		name = name[i+1:]
+	}
+	if m, ok := longestPrefix(knownWindows, name); ok && c.knownWindows {
+		window = m.Window
+	}
+	return window, maxOutput
+}
+
+func longestPrefix(list []ModelLimits, model string) (ModelLimits, bool) {
+	var best ModelLimits
+	n := -1
+	for _, m := range list {
+		if strings.HasPrefix(model, m.Prefix) && len(m.Prefix) > n {
+			n, best = len(m.Prefix), m
+		}
+	}
+	return best, n >= 0
+}
+
+// FileConfig is the JSON configuration file of `ctxmgr serve --config FILE`. Command-line
+// flags given explicitly override it. Example:
+//
+//	{
+//	  "listen": "127.0.0.1:8088",
+//	  "upstream_openai": "https://api.openai.com",
+//	  "upstream_anthropic": "https://api.anthropic.com",
+//	  "store": "sqlite:./ctxmgr.db",
+//	  "window": 200000,
+//	  "preset": "default",
+//	  "max_body_bytes": 33554432,
+//	  "upstream_timeout": "10m",
+//	  "shutdown_timeout": "30s",
+//	  "routes": [{"model_prefix": "llama", "format": "openai", "url": "http://127.0.0.1:8080"}],
+//	  "models": [{"prefix": "gpt-4o", "window": 128000, "max_output": 16384},
+//	             {"prefix": "claude-", "window": 200000, "max_output": 32000}]
+//	}
+type FileConfig struct {
+	Listen            string        `json:"listen,omitempty"`
+	UpstreamOpenAI    string        `json:"upstream_openai,omitempty"`
+	UpstreamAnthropic string        `json:"upstream_anthropic,omitempty"`
+	Store             string        `json:"store,omitempty"`
+	Window            int           `json:"window,omitempty"`
+	MaxOutput         int           `json:"max_output,omitempty"`
+	Preset            string        `json:"preset,omitempty"`
+	MaxBodyBytes      int64         `json:"max_body_bytes,omitempty"`
+	UpstreamTimeout   Duration      `json:"upstream_timeout,omitempty"`
+	ShutdownTimeout   Duration      `json:"shutdown_timeout,omitempty"`
+	DisableReadTool   bool          `json:"disable_read_tool,omitempty"`
+	Routes            []Route       `json:"routes,omitempty"`
+	Models            []ModelLimits `json:"models,omitempty"`
+}
+
+// Duration is a time.Duration that reads "30s" or a number of seconds in JSON.
+type Duration time.Duration
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if json.Unmarshal(b, &s) == nil {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return err
+		}
+		*d = Duration(v)
+		return nil
+	}
+	var n float64
+	if err := json.Unmarshal(b, &n); err != nil {
+		return fmt.Errorf("duration: want \"30s\" or seconds, got %s", b)
+	}
+	*d = Duration(n * float64(time.Second))
+	return nil
+}
+
+// MarshalJSON implements json.Marshaler.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// LoadFileConfig reads a JSON configuration file; unknown fields are an error.
+func LoadFileConfig(path string) (FileConfig, error) {
+	var fc FileConfig
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fc, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&fc); err != nil {
+		return fc, fmt.Errorf("%s: %w", path, err)
+	}
+	return fc, nil
+}

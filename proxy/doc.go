@@ -1,0 +1,112 @@
+// Package proxy is an OpenAI- and Anthropic-compatible HTTP proxy that manages the context of
+// any agent that talks to it (ctxmgr serve).
+//
+// # Endpoints
+//
+// POST /v1/chat/completions (OpenAI) and POST /v1/messages (Anthropic), streaming (SSE) and
+// not, are forwarded to the upstream of their format (Config.UpstreamOpenAI,
+// Config.UpstreamAnthropic, or a Route chosen by model prefix) with the conversation managed.
+// Everything the proxy does not manage passes through untouched: unknown body fields (kept
+// verbatim by package wire), request headers (Authorization, x-api-key, anthropic-version,
+// anthropic-beta, ... except hop-by-hop ones, Host, Content-Length, Accept-Encoding and
+// X-Ctxmgr-Session), the upstream's status codes, headers and error bodies byte for byte,
+// usage, and stream events in order, each flushed as it arrives. A request the proxy cannot
+// manage (a body it cannot decode, a history it cannot accept, a request that cannot fit even
+// after every step) is forwarded unchanged, so the client sees the provider's own answer.
+// GET /healthz answers "ok"; GET /metrics serves Prometheus metrics; any other path (GET
+// /v1/models, ...) is passed through to the upstream its headers suggest (x-api-key or
+// anthropic-version: Anthropic; else OpenAI).
+//
+// # Sessions over a stateless API
+//
+// Clients resend the whole history on every call. The session is named by the X-Ctxmgr-Session
+// header, else the Anthropic metadata.user_id ("user-<id>"), else a hash of the system prompt
+// and the first user message ("h-<hex>"). Each message is reduced to a normalized hash (role,
+// text, images, tool calls with canonical JSON arguments, tool_call_id, is_error; not the wire
+// spelling, names or reasoning parts, which clients re-serialize differently), and the incoming
+// history is compared with the stored one:
+//   - stored is a prefix of incoming: the rest is appended (ctxmgr.Session.Append) and the
+//     stored spelling of the known messages is kept, so the forwarded prefix is byte-stable;
+//   - otherwise the client edited or rewound its history: the request goes to a branch,
+//     session "<id>+<8 hex>" where the hex is a hash of the incoming history up to and
+//     including its first differing message (so the branch is found again as the edited
+//     conversation goes on; "~" of the design notes is not a valid store id character). The
+//     original session is never touched.
+//
+// Then ctxmgr's pipeline runs (Manager.Prepare) and the body's system prompt, tools and
+// messages are replaced by the prepared request (the summary instead of the compacted part),
+// every other body field kept verbatim. When the pipeline changed nothing, the client's own
+// bytes are forwarded.
+//
+// The assistant's reply is NOT appended from the upstream's response: the client sends it back
+// in its next request, and that request is the single source of truth (no double bookkeeping,
+// and a client that drops or edits the reply simply branches). The last reply of a session is
+// therefore stored only when the client comes back.
+//
+// Sessions are cached in memory (Config.MaxSessions, least recently used dropped) and loaded
+// from the Store (Manager.LoadSession) on a miss, so a restarted proxy, or another instance on
+// the same PostgreSQL database, continues them. When Append fails with store.ErrConflict
+// (another instance appended first) the session is reloaded from the store and the append is
+// retried once. One ctxmgr.Manager serves each (window, reply reserve, token counter): the
+// window comes from Config.Models by model prefix, else Config.Window (default 200000); the
+// reply reserve is the request's max_completion_tokens / max_tokens, else the configured
+// default. The preset's ingestion cap is lowered to `window` bytes for windows under 50000
+// tokens (a tool result of more than about a quarter of the window is offloaded at once).
+//
+// # Reading offloaded and archived content: the ctxmgr_read tool
+//
+// Large tool results are offloaded to the Store and old messages archived when they are
+// summarized; the summary and the offload notes name where they are. The agent reads them back
+// through a tool the proxy adds and answers itself: once a session has stored content (an
+// evicted, offloaded, masked or truncated message), a ctxmgr_read tool {"ref": string,
+// "from_line": int, "lines": int} is added to the forwarded tools (counted in the budget like
+// any tool). ref is a location from a note ("Full text: LOCATION") or the summary, or
+// "messages A-B" for archived messages (rendered one message after the other as text lines).
+// When the upstream's answer calls only ctxmgr_read, the proxy reads the Store (ReadOffload,
+// ReadArchive), sends a follow-up request with the results (cut to what the window leaves)
+// and relays that answer instead, at most Config.MaxReads times a request; the client never
+// sees ctxmgr_read. This works streaming too: events stream through until a ctxmgr_read call
+// starts; its events are held back, and the follow-up's events continue the same client stream
+// (OpenAI: same chunk id; Anthropic: one message_start, content block indexes continued). When
+// an answer calls ctxmgr_read together with the client's own tools, the ctxmgr_read calls are
+// dropped from what the client sees. The read exchanges are not stored in the history (the
+// client never sends them back). Config.DisableReadTool turns the tool off; the notes then
+// only name Store locations (a files store in a directory the agent can read is the
+// alternative).
+//
+// # Usage, overflows, commands
+//
+// After each successful answer the reported input tokens (OpenAI usage.prompt_tokens;
+// Anthropic usage.input_tokens + cache_creation_input_tokens + cache_read_input_tokens, from
+// message_start when streaming) calibrate the token counter per model (tokens.Calibrator over a
+// heuristic) for non-OpenAI models; OpenAI models are counted exactly (their ratio is recorded
+// in ctxmgr_usage_ratio).
+//
+// When the upstream answers with a context overflow (provider.IsOverflow), the proxy calls
+// Manager.Recover (a tighter target each time, bounded by the Manager's MaxRecoveries) and
+// retries; the client sees the final answer, or the provider's error unchanged when recovery is
+// exhausted. Streams are covered: an overflow is answered before any event.
+//
+// A latest user message that is exactly /compact [instruction], /context or /context clear is
+// answered by the proxy in the client's format (a chat.completion / message object, or their
+// SSE events), without calling the upstream model. Command messages and the proxy's answers
+// (they start with "[ctxmgr]") are never appended to the history.
+//
+// # Operating it
+//
+// Request bodies are limited (Config.MaxBodyBytes, 413 beyond); UpstreamTimeout bounds the wait
+// for the upstream's response headers; API keys and header values are never logged nor stored;
+// every request is logged once with its session id. Metrics (per-Server registry unless
+// Config.Registry is set): ctxmgr_requests_total{format,status}, ctxmgr_upstream_seconds,
+// ctxmgr_tokens_before and ctxmgr_tokens_after, ctxmgr_compactions_total{trigger},
+// ctxmgr_recoveries_total, ctxmgr_summarizer_fallbacks_total, ctxmgr_prefix_changed_total and
+// ctxmgr_prefix_kept_total (cache-friendly requests), ctxmgr_commands_total, ctxmgr_reads_total,
+// ctxmgr_branches_total, ctxmgr_session_reloads_total, ctxmgr_unmanaged_total{reason},
+// ctxmgr_usage_ratio and ctxmgr_overhead_seconds.
+//
+// Known limits: an Anthropic assistant prefill (a last assistant message) is stored as history
+// and the completed reply then branches the session; two instances serving the same session at
+// the same instant (not alternately) may each compact, one of the summaries being dropped
+// (nothing is lost); a session whose state another instance changed without appending (a
+// /compact there) is picked up by this instance at its next append conflict.
+package proxy

@@ -1,0 +1,311 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	anthropic "github.com/anthropics/anthropic-sdk-go/v2"
+	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
+	openai "github.com/openai/openai-go/v3"
+	ooption "github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/shared"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	ctxmgr "github.com/ctxmgr/ctxmgr"
+	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/proxy/fakeupstream"
+	"github.com/ctxmgr/ctxmgr/store"
+	"github.com/ctxmgr/ctxmgr/wire"
+)
+
+// env is a fake upstream and a proxy in front of it.
+type env struct {
+	t     testing.TB
+	fake  *fakeupstream.Server
+	up    *httptest.Server
+	srv   *Server
+	px    *httptest.Server
+	store store.Store
+	cfg   Config
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// newEnv starts a fake upstream with fo and a proxy over it with cfg (upstreams filled in).
+func newEnv(t testing.TB, fo fakeupstream.Options, cfg Config) *env {
+	t.Helper()
+	e := &env{t: t, fake: fakeupstream.New(fo)}
+	e.up = httptest.NewServer(e.fake)
+	t.Cleanup(e.up.Close)
+	if cfg.Store == nil {
+		cfg.Store = store.NewMemory()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = quietLogger()
+	}
+	cfg.UpstreamOpenAI, cfg.UpstreamAnthropic = e.up.URL, e.up.URL
+	e.store, e.cfg = cfg.Store, cfg
+	e.start()
+	return e
+}
+
+// start (re)starts the proxy over the same store: a restart.
+func (e *env) start() {
+	e.t.Helper()
+	if e.px != nil {
+		e.px.Close()
+		_ = e.srv.Close()
+	}
+	srv, err := New(e.cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.srv = srv
+	e.px = httptest.NewServer(srv.Handler())
+	e.t.Cleanup(func() {
+		e.px.Close()
+		_ = srv.Close()
+	})
+}
+
+// smallTune makes offloading and compaction happen in small tests.
+func smallTune(c *ctxmgr.Config) {
+	c.ToolResultCap = 3000
+}
+
+// agent is a client that keeps its own history, as real agents do, and drives a tool loop.
+type agent interface {
+	// turn sends a user message and runs the tool loop until a final answer, answering every
+	// tool call with output(callIndex). It returns the final text.
+	turn(ctx context.Context, text string, stream bool) (string, error)
+	// tools returns the names of every tool the model called so far.
+	called() []string
+	// dropLast removes the last n messages of the history (an edit/rewind).
+	dropLast(n int)
+}
+
+type toolOutput func(turn, call int) string
+
+func bigOutput(size int) toolOutput {
+	return func(turn, call int) string {
+		var b strings.Builder
+		for i := 0; b.Len() < size; i++ {
+			fmt.Fprintf(&b, "turn %d call %d line %d: /src/pkg%d/file%d.go:%d ok value=%x\n", turn, call, i, turn, i%7, i*3, turn*1000+i)
+		}
+		return b.String()
+	}
+}
+
+// --- openai-go ---
+
+type openaiAgent struct {
+	client openai.Client
+	model  string
+	msgs   []openai.ChatCompletionMessageParamUnion
+	tools  []openai.ChatCompletionToolUnionParam
+	out    toolOutput
+	turns  int
+	calls  []string
+	opts   []ooption.RequestOption
+	maxOut int64
+}
+
+func newOpenAIAgent(url string, out toolOutput, opts ...ooption.RequestOption) *openaiAgent {
+	base := []ooption.RequestOption{ooption.WithBaseURL(url + "/v1/"), ooption.WithAPIKey("sk-test-openai"), ooption.WithMaxRetries(0)}
+	return &openaiAgent{
+		client: openai.NewClient(append(base, opts...)...),
+		model:  "gpt-4o",
+		msgs:   []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("You are a coding agent under test. Use the tools.")},
+		tools: []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(shared.FunctionDefinitionParam{
+			Name: "run_command", Description: openai.String("Run a shell command and return its output."),
+			Parameters: shared.FunctionParameters{"type": "object", "properties": map[string]any{"cmd": map[string]any{"type": "string"}}, "required": []string{"cmd"}},
+		})},
+		out:    out,
+		maxOut: 512,
+	}
+}
+
+func (a *openaiAgent) called() []string { return a.calls }
+func (a *openaiAgent) dropLast(n int)   { a.msgs = a.msgs[:len(a.msgs)-n] }
+
+func (a *openaiAgent) complete(ctx context.Context, stream bool) (openai.ChatCompletionMessage, error) {
+	params := openai.ChatCompletionNewParams{Model: a.model, Messages: a.msgs, Tools: a.tools, MaxCompletionTokens: openai.Int(a.maxOut)}
+	if !stream {
+		resp, err := a.client.Chat.Completions.New(ctx, params, a.opts...)
+		if err != nil {
+			return openai.ChatCompletionMessage{}, err
+		}
+		if len(resp.Choices) == 0 {
+			return openai.ChatCompletionMessage{}, fmt.Errorf("no choices")
+		}
+		return resp.Choices[0].Message, nil
+	}
+	params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+	s := a.client.Chat.Completions.NewStreaming(ctx, params, a.opts...)
+	acc := openai.ChatCompletionAccumulator{}
+	for s.Next() {
+		if !acc.AddChunk(s.Current()) {
+			return openai.ChatCompletionMessage{}, fmt.Errorf("accumulator rejected chunk %s", s.Current().RawJSON())
+		}
+	}
+	if err := s.Err(); err != nil {
+		return openai.ChatCompletionMessage{}, err
+	}
+	if len(acc.Choices) == 0 {
+		return openai.ChatCompletionMessage{}, fmt.Errorf("stream had no choices")
+	}
+	return acc.Choices[0].Message, nil
+}
+
+func (a *openaiAgent) turn(ctx context.Context, text string, stream bool) (string, error) {
+	a.msgs = append(a.msgs, openai.UserMessage(text))
+	for iter := 0; iter < 6; iter++ {
+		msg, err := a.complete(ctx, stream)
+		if err != nil {
+			return "", err
+		}
+		a.msgs = append(a.msgs, msg.ToParam())
+		if len(msg.ToolCalls) == 0 {
+			a.turns++
+			return msg.Content, nil
+		}
+		for i, tc := range msg.ToolCalls {
+			a.calls = append(a.calls, tc.Function.Name)
+			a.msgs = append(a.msgs, openai.ToolMessage(a.out(a.turns, i), tc.ID))
+		}
+	}
+	return "", fmt.Errorf("tool loop did not end")
+}
+
+// --- anthropic-sdk-go ---
+
+type anthropicAgent struct {
+	client anthropic.Client
+	model  string
+	msgs   []anthropic.MessageParam
+	tools  []anthropic.ToolUnionParam
+	out    toolOutput
+	turns  int
+	calls  []string
+	opts   []aoption.RequestOption
+	maxOut int64
+	meta   string
+}
+
+func newAnthropicAgent(url string, out toolOutput, opts ...aoption.RequestOption) *anthropicAgent {
+	base := []aoption.RequestOption{aoption.WithBaseURL(url), aoption.WithAPIKey("sk-ant-test"), aoption.WithMaxRetries(0)}
+	return &anthropicAgent{
+		client: anthropic.NewClient(append(base, opts...)...),
+		model:  "claude-sonnet-4-5",
+		tools: []anthropic.ToolUnionParam{{OfTool: &anthropic.ToolParam{
+			Name: "run_command", Description: anthropic.String("Run a shell command and return its output."),
+			InputSchema: anthropic.ToolInputSchemaParam{Properties: map[string]any{"cmd": map[string]any{"type": "string"}}, Required: []string{"cmd"}},
+		}}},
+		out:    out,
+		maxOut: 512,
+	}
+}
+
+func (a *anthropicAgent) called() []string { return a.calls }
+func (a *anthropicAgent) dropLast(n int)   { a.msgs = a.msgs[:len(a.msgs)-n] }
+
+func (a *anthropicAgent) params() anthropic.MessageNewParams {
+	p := anthropic.MessageNewParams{Model: anthropic.Model(a.model), MaxTokens: a.maxOut, Messages: a.msgs, Tools: a.tools,
+		System: []anthropic.TextBlockParam{{Text: "You are a coding agent under test. Use the tools."}}}
+	if a.meta != "" {
+		p.Metadata = anthropic.MetadataParam{UserID: anthropic.String(a.meta)}
+	}
+	return p
+}
+
+func (a *anthropicAgent) complete(ctx context.Context, stream bool) (*anthropic.Message, error) {
+	if !stream {
+		return a.client.Messages.New(ctx, a.params(), a.opts...)
+	}
+	s := a.client.Messages.NewStreaming(ctx, a.params(), a.opts...)
+	msg := &anthropic.Message{}
+	for s.Next() {
+		if err := msg.Accumulate(s.Current()); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.Err(); err != nil {
+		return nil, err
+	}
+	return msg, nil
+}
+
+func (a *anthropicAgent) turn(ctx context.Context, text string, stream bool) (string, error) {
+	a.msgs = append(a.msgs, anthropic.NewUserMessage(anthropic.NewTextBlock(text)))
+	for iter := 0; iter < 6; iter++ {
+		msg, err := a.complete(ctx, stream)
+		if err != nil {
+			return "", err
+		}
+		a.msgs = append(a.msgs, msg.ToParam())
+		var results []anthropic.ContentBlockParamUnion
+		var final strings.Builder
+		for _, b := range msg.Content {
+			switch b.Type {
+			case "tool_use":
+				a.calls = append(a.calls, b.Name)
+				results = append(results, anthropic.NewToolResultBlock(b.ID, a.out(a.turns, len(results)), false))
+			case "text":
+				final.WriteString(b.Text)
+			}
+		}
+		if len(results) == 0 {
+			a.turns++
+			return final.String(), nil
+		}
+		a.msgs = append(a.msgs, anthropic.NewUserMessage(results...))
+	}
+	return "", fmt.Errorf("tool loop did not end")
+}
+
+// get fetches a proxy URL and returns the status and body.
+func get(t testing.TB, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// checkRecords asserts that every request the upstream answered fits the window and pairs
+// its tool calls.
+func checkRecords(t testing.TB, recs []fakeupstream.Record, window int) {
+	t.Helper()
+	if len(recs) == 0 {
+		t.Fatal("the upstream received no request")
+	}
+	for _, r := range recs {
+		if r.Status == 200 && r.Tokens+r.MaxTokens > window {
+			t.Errorf("request %d (%s) does not fit: %d tokens + %d max output > window %d", r.Seq, r.Format, r.Tokens, r.MaxTokens, window)
+		}
+		if r.Valid != "" {
+			t.Errorf("request %d (%s) is invalid: %s", r.Seq, r.Format, r.Valid)
+		}
+	}
+}
+
+func decodeOpenAIMessage(b []byte) (chat.Message, error) { return wire.DecodeOpenAIMessage(0, b) }
+
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		return -1
+	}
+	return m.GetCounter().GetValue()
+}

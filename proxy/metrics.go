@@ -1,0 +1,98 @@
+package proxy
+
+import (
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	ctxmgr "github.com/ctxmgr/ctxmgr"
+)
+
+// metrics are the Prometheus series of one Server.
+type metrics struct {
+	requests      *prometheus.CounterVec   // format, status
+	upstream      *prometheus.HistogramVec // format
+	tokensBefore  *prometheus.HistogramVec // format
+	tokensAfter   *prometheus.HistogramVec // format
+	compactions   *prometheus.CounterVec   // trigger: auto, manual
+	recoveries    prometheus.Counter
+	fallbacks     prometheus.Counter
+	prefixChanged prometheus.Counter
+	prefixKept    prometheus.Counter
+	commands      *prometheus.CounterVec // command
+	reads         prometheus.Counter
+	branches      prometheus.Counter
+	reloads       prometheus.Counter
+	unmanaged     *prometheus.CounterVec // reason
+	usageRatio    *prometheus.HistogramVec
+	overhead      *prometheus.HistogramVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	tokenBuckets := prometheus.ExponentialBuckets(1000, 2, 10) // 1K .. 512K
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ctxmgr_requests_total",
+			Help: "Requests answered, by API format and HTTP status."}, []string{"format", "status"}),
+		upstream: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ctxmgr_upstream_seconds",
+			Help: "Upstream latency until the response headers, by API format.", Buckets: prometheus.DefBuckets}, []string{"format"}),
+		tokensBefore: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ctxmgr_tokens_before",
+			Help: "Input tokens of a request as the client sent it (the whole history).", Buckets: tokenBuckets}, []string{"format"}),
+		tokensAfter: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ctxmgr_tokens_after",
+			Help: "Input tokens of the request forwarded upstream, after context management.", Buckets: tokenBuckets}, []string{"format"}),
+		compactions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ctxmgr_compactions_total",
+			Help: "Summaries made (history folded into the summary), by trigger."}, []string{"trigger"}),
+		recoveries: prometheus.NewCounter(prometheus.CounterOpts{Name: "ctxmgr_recoveries_total",
+			Help: "Upstream context overflows answered by a tighter request."}),
+		fallbacks: prometheus.NewCounter(prometheus.CounterOpts{Name: "ctxmgr_summarizer_fallbacks_total",
+			Help: "Summaries made by the extractive summarizer because the configured one failed."}),
+		prefixChanged: prometheus.NewCounter(prometheus.CounterOpts{Name: "ctxmgr_prefix_changed_total",
+			Help: "Requests whose prefix changed since the previous request of the session (prompt-cache miss)."}),
+		prefixKept: prometheus.NewCounter(prometheus.CounterOpts{Name: "ctxmgr_prefix_kept_total",
+			Help: "Requests that extend the previous request of the session (cache-friendly)."}),
+		commands: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ctxmgr_commands_total",
+			Help: "Conversation commands answered by the proxy."}, []string{"command"}),
+		reads: prometheus.NewCounter(prometheus.CounterOpts{Name: "ctxmgr_reads_total",
+			Help: "ctxmgr_read tool calls answered by the proxy."}),
+		branches: prometheus.NewCounter(prometheus.CounterOpts{Name: "ctxmgr_branches_total",
+			Help: "Requests whose history diverged from the stored session (a new branch)."}),
+		reloads: prometheus.NewCounter(prometheus.CounterOpts{Name: "ctxmgr_session_reloads_total",
+			Help: "Sessions reloaded from the store because another instance appended to them first."}),
+		unmanaged: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ctxmgr_unmanaged_total",
+			Help: "Chat requests forwarded unchanged because they could not be managed, by reason."}, []string{"reason"}),
+		usageRatio: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ctxmgr_usage_ratio",
+			Help:    "Provider-reported input tokens divided by the proxy's estimate of the request, by counter kind (exact, heuristic).",
+			Buckets: []float64{0.5, 0.8, 0.9, 0.95, 0.98, 1, 1.02, 1.05, 1.1, 1.2, 1.5, 2}}, []string{"counter"}),
+		overhead: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ctxmgr_overhead_seconds",
+			Help:    "Time the proxy spent on a request before forwarding it (context management), by format.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14)}, []string{"format"}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.upstream, m.tokensBefore, m.tokensAfter, m.compactions, m.recoveries,
+		m.fallbacks, m.prefixChanged, m.prefixKept, m.commands, m.reads, m.branches, m.reloads, m.unmanaged, m.usageRatio, m.overhead} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	for _, l := range []string{"auto", "manual"} {
+		m.compactions.WithLabelValues(l)
+	}
+	for _, l := range []string{"compact", "context", "clear"} {
+		m.commands.WithLabelValues(l)
+	}
+	return m, nil
+}
+
+// onEvent counts the pipeline events that have metrics.
+func (m *metrics) onEvent(ev ctxmgr.Event) {
+	switch ev.Step {
+	case ctxmgr.StepSummarize:
+		trigger := "auto"
+		if strings.Contains(ev.Reason, "/compact") {
+			trigger = "manual"
+		}
+		m.compactions.WithLabelValues(trigger).Inc()
+	case ctxmgr.StepRecover:
+		m.recoveries.Inc()
+	case ctxmgr.StepFallback:
+		m.fallbacks.Inc()
+	}
+}

@@ -1,0 +1,633 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	anthropic "github.com/anthropics/anthropic-sdk-go/v2"
+	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
+	openai "github.com/openai/openai-go/v3"
+	ooption "github.com/openai/openai-go/v3/option"
+
+	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/proxy/fakeupstream"
+	"github.com/ctxmgr/ctxmgr/store"
+)
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestOpenAIClient drives the proxy with openai-go: tool calls, streaming and not; headers and
+// unknown body fields reach the upstream unchanged.
+func TestOpenAIClient(t *testing.T) {
+	e := newEnv(t, fakeupstream.Options{}, Config{})
+	ctx := ctxT(t)
+	a := newOpenAIAgent(e.px.URL, bigOutput(400),
+		ooption.WithHeader("X-Custom", "custom-value"),
+		ooption.WithHeader("OpenAI-Organization", "org-test"),
+		ooption.WithJSONSet("x_unknown_field", map[string]any{"keep": []int{1, 2, 3}}),
+		ooption.WithJSONSet("metadata", map[string]string{"trace": "t1"}))
+	for i, stream := range []bool{false, true, false, true} {
+		text, err := a.turn(ctx, fmt.Sprintf("turn %d: list the files in parallel", i), stream)
+		if err != nil {
+			t.Fatalf("turn %d (stream %v): %v", i, stream, err)
+		}
+		if !strings.HasPrefix(text, "Done: ") {
+			t.Fatalf("turn %d: final answer %q", i, text)
+		}
+	}
+	if len(a.called()) != 8 {
+		t.Fatalf("calls %v: want 2 parallel calls a turn", a.called())
+	}
+	recs := e.fake.Records()
+	checkRecords(t, recs, 200000)
+	if len(recs) != 8 {
+		t.Fatalf("upstream saw %d requests, want 8", len(recs))
+	}
+	for _, r := range recs {
+		if r.Headers["Authorization"] != "Bearer sk-test-openai" || r.Headers["X-Custom"] != "custom-value" || r.Headers["Openai-Organization"] != "org-test" {
+			t.Errorf("request %d headers %v", r.Seq, r.Headers)
+		}
+		if string(r.Extra["x_unknown_field"]) != `{"keep":[1,2,3]}` || string(r.Extra["metadata"]) != `{"trace":"t1"}` {
+			t.Errorf("request %d lost unknown fields: %v", r.Seq, r.Extra)
+		}
+		if _, ok := r.Headers["X-Ctxmgr-Session"]; ok {
+			t.Errorf("the session header leaked upstream")
+		}
+	}
+	// The history grows append-only: each request has more messages than the one before.
+	for i := 1; i < len(recs); i++ {
+		if recs[i].Messages <= recs[i-1].Messages {
+			t.Errorf("request %d has %d messages, previous %d", i, recs[i].Messages, recs[i-1].Messages)
+		}
+	}
+}
+
+// TestAnthropicClient drives the proxy with anthropic-sdk-go.
+func TestAnthropicClient(t *testing.T) {
+	e := newEnv(t, fakeupstream.Options{}, Config{})
+	ctx := ctxT(t)
+	a := newAnthropicAgent(e.px.URL, bigOutput(400),
+		aoption.WithHeader("anthropic-beta", "prompt-caching-2024-07-31"),
+		aoption.WithHeader("x-api-key", "sk-ant-key"),
+		aoption.WithHeader("X-Custom", "custom-value"),
+		aoption.WithJSONSet("x_unknown_field", "kept"))
+	a.meta = "user-42"
+	for i, stream := range []bool{false, true, true, false} {
+		text, err := a.turn(ctx, fmt.Sprintf("turn %d: run it in parallel", i), stream)
+		if err != nil {
+			t.Fatalf("turn %d (stream %v): %v", i, stream, err)
+		}
+		if !strings.HasPrefix(text, "Done: ") {
+			t.Fatalf("turn %d: final answer %q", i, text)
+		}
+	}
+	recs := e.fake.Records()
+	checkRecords(t, recs, 200000)
+	for _, r := range recs {
+		// This SDK version sends its API key as a bearer token; x-api-key is set explicitly.
+		if r.Headers["X-Api-Key"] != "sk-ant-key" || r.Headers["Authorization"] != "Bearer sk-ant-test" || r.Headers["Anthropic-Version"] == "" ||
+			r.Headers["Anthropic-Beta"] != "prompt-caching-2024-07-31" || r.Headers["X-Custom"] != "custom-value" {
+			t.Errorf("request %d headers %v", r.Seq, r.Headers)
+		}
+		if string(r.Extra["x_unknown_field"]) != `"kept"` || !strings.Contains(string(r.Extra["metadata"]), "user-42") {
+			t.Errorf("request %d extras %v", r.Seq, r.Extra)
+		}
+	}
+	// The session came from metadata.user_id; usage calibrated the heuristic for the model.
+	if _, n := e.srv.Calibrator().Ratio("claude-sonnet-4-5"); n == 0 {
+		t.Errorf("no usage observed for calibration")
+	}
+	e.srv.sessMu.Lock()
+	_, ok := e.srv.sessions["user-user-42"]
+	e.srv.sessMu.Unlock()
+	if !ok {
+		t.Errorf("session not keyed by metadata.user_id")
+	}
+}
+
+// TestErrorPassthrough: upstream errors reach the client byte for byte, with their status and
+// headers, in both formats.
+func TestErrorPassthrough(t *testing.T) {
+	e := newEnv(t, fakeupstream.Options{}, Config{})
+	cases := []struct {
+		path, model, body string
+		status            int
+	}{
+		{"/v1/chat/completions", "error-401", fakeupstream.OpenAI401, 401},
+		{"/v1/chat/completions", "error-429", fakeupstream.OpenAI429, 429},
+		{"/v1/messages", "error-401", fakeupstream.Anthropic401, 401},
+		{"/v1/messages", "error-429", fakeupstream.Anthropic429, 429},
+	}
+	for _, c := range cases {
+		for _, stream := range []bool{false, true} {
+			body := fmt.Sprintf(`{"model":%q,"max_tokens":100,"stream":%v,"messages":[{"role":"user","content":"hi"}]}`, c.model, stream)
+			req, _ := http.NewRequest("POST", e.px.URL+c.path, strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != c.status || string(got) != c.body {
+				t.Errorf("%s %s: got %d %q, want %d %q", c.path, c.model, resp.StatusCode, got, c.status, c.body)
+			}
+			if c.status == 429 && resp.Header.Get("Retry-After") != "20" {
+				t.Errorf("%s: Retry-After header lost", c.path)
+			}
+		}
+	}
+	// The SDKs see the provider's error as such.
+	ctx := ctxT(t)
+	oa := newOpenAIAgent(e.px.URL, bigOutput(10))
+	oa.model = "error-429"
+	_, err := oa.turn(ctx, "hi", false)
+	var oerr *openai.Error
+	if !errors.As(err, &oerr) || oerr.StatusCode != 429 || oerr.Code != "rate_limit_exceeded" {
+		t.Errorf("openai-go error %v", err)
+	}
+	an := newAnthropicAgent(e.px.URL, bigOutput(10))
+	an.model = "error-401"
+	_, err = an.turn(ctx, "hi", true)
+	var aerr *anthropic.Error
+	if !errors.As(err, &aerr) || aerr.StatusCode != 401 {
+		t.Errorf("anthropic-sdk-go error %v", err)
+	}
+}
+
+// TestOverflowRecovery: the upstream rejects a request the proxy thought fit (its limit is
+// below the configured window); the proxy compacts, retries, and the client sees a normal
+// answer.
+func TestOverflowRecovery(t *testing.T) {
+	for _, format := range []Format{FormatOpenAI, FormatAnthropic} {
+		t.Run(string(format), func(t *testing.T) {
+			const limit = 9000
+			e := newEnv(t, fakeupstream.Options{RejectAbove: limit}, Config{Window: 40000, Tune: smallTune})
+			ctx := ctxT(t)
+			var a agent
+			if format == FormatOpenAI {
+				a = newOpenAIAgent(e.px.URL, bigOutput(2500))
+			} else {
+				a = newAnthropicAgent(e.px.URL, bigOutput(2500))
+			}
+			for i := 0; i < 14; i++ {
+				text, err := a.turn(ctx, fmt.Sprintf("turn %d: run the build", i), i%2 == 1)
+				if err != nil {
+					t.Fatalf("turn %d: %v", i, err)
+				}
+				if !strings.HasPrefix(text, "Done: ") {
+					t.Fatalf("turn %d: answer %q", i, text)
+				}
+			}
+			recs := e.fake.Records()
+			rejected := 0
+			for i, r := range recs {
+				if r.Status == 400 {
+					rejected++
+					if i+1 >= len(recs) || recs[i+1].Tokens >= r.Tokens {
+						t.Errorf("request %d rejected at %d tokens; the retry is not smaller", r.Seq, r.Tokens)
+					}
+				}
+			}
+			if rejected == 0 {
+				t.Fatalf("the upstream never overflowed (largest request %d tokens): the test proves nothing", maxTokens(recs))
+			}
+			_, metrics := get(t, e.px.URL+"/metrics")
+			if !strings.Contains(metrics, "ctxmgr_recoveries_total") || strings.Contains(metrics, "ctxmgr_recoveries_total 0\n") {
+				t.Errorf("recoveries not counted")
+			}
+		})
+	}
+}
+
+func maxTokens(recs []fakeupstream.Record) int {
+	m := 0
+	for _, r := range recs {
+		m = max(m, r.Tokens)
+	}
+	return m
+}
+
+// TestLongConversation: a history far larger than the window; every request the upstream
+// receives fits and pairs its tool calls, in both formats, streaming and not.
+func TestLongConversation(t *testing.T) {
+	const window = 6000
+	for _, format := range []Format{FormatOpenAI, FormatAnthropic} {
+		t.Run(string(format), func(t *testing.T) {
+			e := newEnv(t, fakeupstream.Options{Window: window}, Config{Window: window, Tune: smallTune})
+			ctx := ctxT(t)
+			var a agent
+			if format == FormatOpenAI {
+				a = newOpenAIAgent(e.px.URL, bigOutput(1800), ooption.WithHeader(SessionHeader, "long-"+string(format)))
+			} else {
+				a = newAnthropicAgent(e.px.URL, bigOutput(1800), aoption.WithHeader(SessionHeader, "long-"+string(format)))
+			}
+			for i := 0; i < 30; i++ {
+				msg := fmt.Sprintf("turn %d: run the tests", i)
+				if i%3 == 0 {
+					msg += " in parallel"
+				}
+				if _, err := a.turn(ctx, msg, i%2 == 0); err != nil {
+					t.Fatalf("turn %d: %v", i, err)
+				}
+			}
+			recs := e.fake.Records()
+			checkRecords(t, recs, window)
+			for _, r := range recs {
+				if r.Status != 200 {
+					t.Errorf("request %d answered %d", r.Seq, r.Status)
+				}
+			}
+			e.srv.sessMu.Lock()
+			ps := e.srv.sessions["long-"+string(format)]
+			e.srv.sessMu.Unlock()
+			st := ps.mgr.m.Stats(ps.sess)
+			total := 0
+			for _, m := range ps.sess.History() {
+				total += e.fake.Count(&chat.Request{Messages: []chat.Message{m}})
+			}
+			if total < 5*window {
+				t.Fatalf("history of %d tokens does not far exceed the window %d", total, window)
+			}
+			if st.Evicted == 0 || st.SummaryVersion == 0 {
+				t.Errorf("no compaction: %+v", st)
+			}
+			// Nothing lost: every message is in the store.
+			stored, err := e.store.Messages(ctx, ps.id, 0, -1)
+			if err != nil || len(stored) != st.Total {
+				t.Errorf("store holds %d messages (%v), session %d", len(stored), err, st.Total)
+			}
+		})
+	}
+}
+
+// TestCommands: /compact, /context and /context clear are answered by the proxy in the
+// client's format, streaming and not, without calling the upstream, and never enter the
+// history.
+func TestCommands(t *testing.T) {
+	e := newEnv(t, fakeupstream.Options{}, Config{Window: 20000, Tune: smallTune})
+	ctx := ctxT(t)
+	oa := newOpenAIAgent(e.px.URL, bigOutput(1500), ooption.WithHeader(SessionHeader, "cmd-openai"))
+	an := newAnthropicAgent(e.px.URL, bigOutput(1500), aoption.WithHeader(SessionHeader, "cmd-anthropic"))
+	for _, a := range []agent{oa, an} {
+		for i := 0; i < 8; i++ {
+			if _, err := a.turn(ctx, fmt.Sprintf("turn %d: build it", i), false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, stream := range []bool{false, true} {
+			n := len(e.fake.Records())
+			out, err := a.turn(ctx, "/context", stream)
+			if err != nil || !strings.Contains(out, "/context: session cmd-") || !strings.Contains(out, "of window 20000") {
+				t.Fatalf("/context (stream %v): %q %v", stream, out, err)
+			}
+			out, err = a.turn(ctx, "/compact keep only the decisions", stream)
+			if err != nil || !strings.Contains(out, "/compact") {
+				t.Fatalf("/compact: %q %v", out, err)
+			}
+			if stream == false && !strings.Contains(out, "compacted ") {
+				t.Fatalf("/compact compacted nothing: %q", out)
+			}
+			if got := len(e.fake.Records()); got != n {
+				t.Fatalf("commands called the upstream (%d requests)", got-n)
+			}
+			if _, err := a.turn(ctx, "next: build it again", stream); err != nil {
+				t.Fatal(err)
+			}
+			last := e.fake.Records()[len(e.fake.Records())-1]
+			if last.Valid != "" {
+				t.Fatalf("after commands: %s", last.Valid)
+			}
+		}
+		out, err := a.turn(ctx, "/context clear", true)
+		if err != nil || !strings.Contains(out, "/context clear") || !strings.Contains(out, "archived") {
+			t.Fatalf("/context clear: %q %v", out, err)
+		}
+		n := len(e.fake.Records())
+		if _, err := a.turn(ctx, "after the clear: no tools please", false); err != nil {
+			t.Fatal(err)
+		}
+		recs := e.fake.Records()
+		if len(recs) != n+1 || recs[n].Messages > 2 {
+			t.Fatalf("after /context clear the upstream got %d messages", recs[n].Messages)
+		}
+	}
+	// The command messages and the proxy's answers are not history.
+	for _, id := range []string{"cmd-openai", "cmd-anthropic"} {
+		msgs, _ := e.store.Messages(ctx, id, 0, -1)
+		for _, m := range msgs {
+			if strings.HasPrefix(m.Text(), "/co") || strings.HasPrefix(m.Text(), replyPrefix) {
+				t.Fatalf("%s: command stored in history: %q", id, m.Text())
+			}
+		}
+	}
+	_, metrics := get(t, e.px.URL+"/metrics")
+	for _, want := range []string{`ctxmgr_commands_total{command="compact"} 4`, `ctxmgr_commands_total{command="clear"} 2`, `ctxmgr_compactions_total{trigger="manual"}`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+// TestBranch: a client that edits its history gets a new branch; the original session is
+// untouched.
+func TestBranch(t *testing.T) {
+	e := newEnv(t, fakeupstream.Options{}, Config{})
+	ctx := ctxT(t)
+	a := newOpenAIAgent(e.px.URL, bigOutput(200), ooption.WithHeader(SessionHeader, "br"))
+	for i := 0; i < 3; i++ {
+		if _, err := a.turn(ctx, fmt.Sprintf("turn %d", i), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	orig, _ := e.store.Messages(ctx, "br", 0, -1)
+	// Rewind the last turn (user, assistant call, result, final) and say something else.
+	a.dropLast(4)
+	if _, err := a.turn(ctx, "an edited turn 2", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.turn(ctx, "turn 3 on the branch", true); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := e.store.Messages(ctx, "br", 0, -1)
+	if len(after) != len(orig) {
+		t.Fatalf("the original session changed: %d -> %d messages", len(orig), len(after))
+	}
+	infos, _ := e.store.Sessions(ctx)
+	var branch string
+	for _, s := range infos {
+		if strings.HasPrefix(s.ID, "br+") {
+			if branch != "" {
+				t.Fatalf("two branches %s %s: the branch was not found again", branch, s.ID)
+			}
+			branch = s.ID
+		}
+	}
+	if branch == "" {
+		t.Fatalf("no branch in %v", infos)
+	}
+	msgs, _ := e.store.Messages(ctx, branch, 0, -1)
+	if len(msgs) != len(orig)+4 {
+		t.Fatalf("branch has %d messages, want %d", len(msgs), len(orig)+4)
+	}
+	checkRecords(t, e.fake.Records(), 200000)
+}
+
+// TestRestart: a new Server over the same store continues the session: the request after the
+// restart starts exactly like the one before it (same summary, same kept messages).
+func TestRestart(t *testing.T) {
+	dir := t.TempDir()
+	st, err := store.OpenFiles(dir, store.FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const window = 6000
+	e := newEnv(t, fakeupstream.Options{Window: window, KeepBodies: true}, Config{Window: window, Store: st, Tune: smallTune})
+	ctx := ctxT(t)
+	a := newAnthropicAgent(e.px.URL, bigOutput(1500), aoption.WithHeader(SessionHeader, "restart"))
+	for i := 0; i < 12; i++ {
+		if _, err := a.turn(ctx, fmt.Sprintf("turn %d: build", i), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := e.fake.Records()
+	e.start() // restart the proxy over the same store
+	a.client = anthropic.NewClient(aoption.WithBaseURL(e.px.URL), aoption.WithAPIKey("sk-ant-test"), aoption.WithMaxRetries(0), aoption.WithHeader(SessionHeader, "restart"))
+	if _, err := a.turn(ctx, "turn after restart: build", false); err != nil {
+		t.Fatal(err)
+	}
+	recs := e.fake.Records()
+	checkRecords(t, recs, window)
+	prev := msgsOf(t, before[len(before)-1].Body)
+	next := msgsOf(t, recs[len(before)].Body)
+	if len(next) < len(prev) {
+		t.Fatalf("after the restart the request has %d messages, before %d", len(next), len(prev))
+	}
+	for i := range prev {
+		if !jsonEqual(prev[i], next[i]) {
+			t.Fatalf("message %d changed across the restart:\n%s\n%s", i, prev[i], next[i])
+		}
+	}
+	summary := false
+	for _, m := range prev {
+		summary = summary || strings.Contains(string(m), "ctxmgr: summary")
+	}
+	if !summary {
+		t.Fatalf("no summary before the restart; the test proves little")
+	}
+}
+
+func msgsOf(t *testing.T, body []byte) []json.RawMessage {
+	var v struct {
+		Messages []json.RawMessage `json:"messages"`
+	}
+	if err := json.Unmarshal(body, &v); err != nil {
+		t.Fatal(err)
+	}
+	return v.Messages
+}
+
+func jsonEqual(a, b []byte) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return bytes.Equal(a, b)
+	}
+	xa, _ := json.Marshal(x)
+	ya, _ := json.Marshal(y)
+	return bytes.Equal(xa, ya)
+}
+
+// TestReadTool: offloaded results stay readable: the proxy injects ctxmgr_read, answers the
+// model's call itself, and the client never sees it; streaming and not, both formats.
+func TestReadTool(t *testing.T) {
+	e := newEnv(t, fakeupstream.Options{}, Config{Tune: smallTune})
+	ctx := ctxT(t)
+	for _, stream := range []bool{false, true} {
+		oa := newOpenAIAgent(e.px.URL, bigOutput(6000), ooption.WithHeader(SessionHeader, fmt.Sprintf("read-oa-%v", stream)))
+		an := newAnthropicAgent(e.px.URL, bigOutput(6000), aoption.WithHeader(SessionHeader, fmt.Sprintf("read-an-%v", stream)))
+		for _, a := range []agent{oa, an} {
+			if _, err := a.turn(ctx, "run the big command", stream); err != nil {
+				t.Fatal(err)
+			}
+			n := len(e.fake.Records())
+			out, err := a.turn(ctx, "now read back the full output", stream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasPrefix(out, "Read back: [ctxmgr_read") {
+				t.Fatalf("stream %v: answer %q", stream, out)
+			}
+			for _, name := range a.called() {
+				if name == readToolName {
+					t.Fatalf("the client saw a ctxmgr_read call")
+				}
+			}
+			recs := e.fake.Records()[n:]
+			if len(recs) != 2 || recs[0].Reply != "ctxmgr_read" {
+				t.Fatalf("want a ctxmgr_read call and a follow-up, got %+v", recs)
+			}
+			if !contains(recs[0].Tools, readToolName) {
+				t.Fatalf("ctxmgr_read not offered: %v", recs[0].Tools)
+			}
+		}
+	}
+	checkRecords(t, e.fake.Records(), 200000)
+	// A session without stored content is not offered the tool.
+	a := newOpenAIAgent(e.px.URL, bigOutput(100), ooption.WithHeader(SessionHeader, "read-none"))
+	if _, err := a.turn(ctx, "small", false); err != nil {
+		t.Fatal(err)
+	}
+	recs := e.fake.Records()
+	if contains(recs[len(recs)-1].Tools, readToolName) {
+		t.Fatalf("ctxmgr_read offered with nothing stored")
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// TestEndpoints: /healthz, /v1/models pass-through, /metrics, the body size limit.
+func TestEndpoints(t *testing.T) {
+	e := newEnv(t, fakeupstream.Options{}, Config{MaxBodyBytes: 4096})
+	if code, body := get(t, e.px.URL+"/healthz"); code != 200 || body != "ok\n" {
+		t.Errorf("healthz %d %q", code, body)
+	}
+	resp, err := http.Get(e.px.URL + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"gpt-4o"`) || resp.Header.Get("X-Fake-Upstream") != "models" {
+		t.Errorf("models %d %s %v", resp.StatusCode, b, resp.Header)
+	}
+	big := fmt.Sprintf(`{"model":"gpt-4o","messages":[{"role":"user","content":%q}]}`, strings.Repeat("x", 5000))
+	for _, path := range []string{"/v1/chat/completions", "/v1/messages"} {
+		resp, err := http.Post(e.px.URL+path, "application/json", strings.NewReader(big))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(b), "request_too_large") {
+			t.Errorf("%s: %d %s", path, resp.StatusCode, b)
+		}
+	}
+	ctx := ctxT(t)
+	a := newOpenAIAgent(e.px.URL, bigOutput(10))
+	if _, err := a.turn(ctx, "hello, no tools", false); err != nil {
+		t.Fatal(err)
+	}
+	// A request the proxy cannot manage (max_tokens larger than the window) goes through
+	// unchanged: the provider answers it.
+	resp, err = http.Post(e.px.URL+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"gpt-4o","max_tokens":250000,"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || counterValue(e.srv.metrics.unmanaged.WithLabelValues("config")) != 1 {
+		t.Errorf("an unmanageable request: %d", resp.StatusCode)
+	}
+	code, metrics := get(t, e.px.URL+"/metrics")
+	for _, want := range []string{`ctxmgr_requests_total{format="openai",status="200"} 2`, `ctxmgr_requests_total{format="openai",status="413"} 1`,
+		"ctxmgr_upstream_seconds_bucket", "ctxmgr_tokens_before_bucket", "ctxmgr_tokens_after_bucket", "ctxmgr_prefix_kept_total 1",
+		"ctxmgr_prefix_changed_total 0", "ctxmgr_compactions_total", "ctxmgr_summarizer_fallbacks_total 0", "ctxmgr_recoveries_total 0"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics (%d) lack %q", code, want)
+		}
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestLogs: one structured record per request with the session id; API keys never appear.
+func TestLogs(t *testing.T) {
+	var buf syncBuffer
+	logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	e := newEnv(t, fakeupstream.Options{RejectAbove: 6000}, Config{Logger: logger, Window: 20000, Tune: smallTune})
+	ctx := ctxT(t)
+	oa := newOpenAIAgent(e.px.URL, bigOutput(2500), ooption.WithHeader(SessionHeader, "logged"))
+	an := newAnthropicAgent(e.px.URL, bigOutput(2500), aoption.WithHeader("x-api-key", "sk-ant-secret"))
+	for i := 0; i < 6; i++ {
+		if _, err := oa.turn(ctx, fmt.Sprintf("turn %d", i), i%2 == 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := an.turn(ctx, fmt.Sprintf("turn %d", i), i%2 == 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	logs := buf.String()
+	for _, secret := range []string{"sk-test-openai", "sk-ant-test", "sk-ant-secret"} {
+		if strings.Contains(logs, secret) {
+			t.Fatalf("an API key was logged")
+		}
+	}
+	n := 0
+	for _, line := range strings.Split(strings.TrimSpace(logs), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line is not JSON: %s", line)
+		}
+		if rec["msg"] == "proxy request" {
+			n++
+			if s, _ := rec["session"].(string); s == "" {
+				t.Errorf("request log without session: %s", line)
+			}
+		}
+	}
+	if n != len(e.fake.Records())-countStatus(e.fake.Records(), 400) {
+		t.Errorf("%d request logs for %d requests", n, len(e.fake.Records()))
+	}
+	if countStatus(e.fake.Records(), 400) == 0 || !strings.Contains(logs, "retrying with a tighter request") {
+		t.Errorf("no overflow recovery was logged")
+	}
+	if !strings.Contains(logs, `"session":"logged"`) {
+		t.Errorf("the header session id is not logged")
+	}
+}
+
+func countStatus(recs []fakeupstream.Record, status int) int {
+	n := 0
+	for _, r := range recs {
+		if r.Status == status {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,202 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	ctxmgr "github.com/ctxmgr/ctxmgr"
+	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/store"
+	"github.com/ctxmgr/ctxmgr/tokens"
+)
+
+// readToolName is the tool the proxy injects and answers itself.
+const readToolName = "ctxmgr_read"
+
+var readTool = chat.Tool{
+	Name: readToolName,
+	Description: "Read back content that the context manager moved out of this conversation: a large tool " +
+		"result that was offloaded (its note says \"Full text: LOCATION\"), an old tool result that was " +
+		"masked, or earlier messages that were archived when the conversation was summarized (the summary " +
+		"lists them as \"messages A-B: LOCATION\"). Pass the LOCATION as ref, or \"messages A-B\" for archived " +
+		"messages. Returns the requested lines and says how to continue.",
+	Parameters: json.RawMessage(`{"type":"object","properties":{` +
+		`"ref":{"type":"string","description":"A location from a [ctxmgr: ...] note or the summary, or \"messages A-B\"."},` +
+		`"from_line":{"type":"integer","description":"First line to return, from 1. Default 1."},` +
+		`"lines":{"type":"integer","description":"How many lines to return. Default 200."}},` +
+		`"required":["ref"]}`),
+}
+
+func withReadTool(tools []chat.Tool) []chat.Tool {
+	out := make([]chat.Tool, 0, len(tools)+1)
+	out = append(out, tools...)
+	return append(out, readTool)
+}
+
+// stripReadTool removes the injected tool (a client never offers it itself).
+func stripReadTool(tools []chat.Tool) []chat.Tool {
+	return slices.DeleteFunc(slices.Clone(tools), func(t chat.Tool) bool { return t.Name == readToolName })
+}
+
+type readCall struct {
+	ID, Args string
+}
+
+type readArgs struct {
+	Ref      string `json:"ref"`
+	FromLine int    `json:"from_line"`
+	Lines    int    `json:"lines"`
+}
+
+var (
+	messagesRef = regexp.MustCompile(`^messages?\s+(\d+)\s*-\s*(\d+)`)
+	archiveLine = regexp.MustCompile(`^messages (\d+)-(\d+): (.*)$`)
+)
+
+// answerRead answers one ctxmgr_read call of session id from the Store, within maxTokens
+// tokens by counter.
+func (s *Server) answerRead(ctx context.Context, id string, mgr *managed, sess *ctxmgr.Session, rawArgs string, maxTokens int, counter tokens.Counter) (string, bool) {
+	s.metrics.reads.Inc()
+	var a readArgs
+	if err := json.Unmarshal([]byte(rawArgs), &a); err != nil || strings.TrimSpace(a.Ref) == "" {
+		return "ctxmgr_read: arguments must be {\"ref\": string, \"from_line\": int, \"lines\": int}", true
+	}
+	ref := strings.TrimSpace(a.Ref)
+	if a.FromLine < 1 {
+		a.FromLine = 1
+	}
+	if a.Lines <= 0 {
+		a.Lines = 200
+	}
+	a.Lines = min(a.Lines, 2000)
+	st := mgr.m.Stats(sess)
+	st0 := s.cfg.Store
+
+	var full string
+	var fetch func(from, n int) (string, int, error)
+	for _, off := range st.Offloads {
+		loc := string(off.Location)
+		if ref == loc || ref == off.Key || strings.HasSuffix(loc, ref) && len(ref) > 8 || strings.Contains(ref, loc) {
+			key := off.Key
+			fetch = func(from, n int) (string, int, error) { return st0.ReadOffload(ctx, id, key, from, n) }
+			break
+		}
+	}
+	if fetch == nil {
+		var ranges [][2]int
+		if m := messagesRef.FindStringSubmatch(ref); m != nil {
+			a1, _ := strconv.Atoi(m[1])
+			b1, _ := strconv.Atoi(m[2])
+			ranges = append(ranges, [2]int{a1, b1 + 1})
+		} else {
+			for _, line := range st.Archives {
+				if m := archiveLine.FindStringSubmatch(line); m != nil && (m[3] == ref || strings.Contains(ref, m[3])) {
+					a1, _ := strconv.Atoi(m[1])
+					b1, _ := strconv.Atoi(m[2])
+					ranges = append(ranges, [2]int{a1, b1 + 1})
+				}
+			}
+		}
+		if len(ranges) > 0 {
+			var b strings.Builder
+			for _, r := range ranges {
+				msgs, err := st0.ReadArchive(ctx, id, r[0], r[1])
+				if err != nil {
+					return "ctxmgr_read: " + err.Error(), true
+				}
+				for i := range msgs {
+					renderMessage(&b, r[0]+i, &msgs[i])
+				}
+			}
+			full = b.String()
+			if full == "" {
+				return fmt.Sprintf("ctxmgr_read: no archived messages in %q (%s)", ref, knownRefs(st)), true
+			}
+			fetch = func(from, n int) (string, int, error) {
+				t, total := store.SplitLines(full, from, n)
+				return t, total, nil
+			}
+		}
+	}
+	if fetch == nil {
+		return fmt.Sprintf("ctxmgr_read: unknown ref %q (%s)", ref, knownRefs(st)), true
+	}
+	n := a.Lines
+	for {
+		text, total, err := fetch(a.FromLine, n)
+		if err != nil {
+			return "ctxmgr_read: " + err.Error(), true
+		}
+		if text != "" && counter.Text(text) > maxTokens && n > 1 {
+			n /= 2
+			continue
+		}
+		if counter.Text(text) > maxTokens {
+			text = text[:runeCut(text, maxTokens*2)]
+		}
+		shown := store.CountLines(text)
+		last := a.FromLine + shown - 1
+		var b strings.Builder
+		fmt.Fprintf(&b, "[ctxmgr_read %s: lines %d-%d of %d]\n", ref, a.FromLine, last, total)
+		b.WriteString(text)
+		if last < total {
+			fmt.Fprintf(&b, "\n[more: call ctxmgr_read with ref %q and from_line %d]", ref, last+1)
+		}
+		return b.String(), false
+	}
+}
+
+func runeCut(s string, n int) int {
+	if n >= len(s) {
+		return len(s)
+	}
+	for n > 0 && n < len(s) && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return n
+}
+
+func knownRefs(st ctxmgr.Stats) string {
+	var refs []string
+	for _, off := range st.Offloads {
+		refs = append(refs, string(off.Location))
+	}
+	for _, a := range st.Archives {
+		if m := archiveLine.FindStringSubmatch(a); m != nil {
+			refs = append(refs, "messages "+m[1]+"-"+m[2])
+		}
+	}
+	if len(refs) == 0 {
+		return "nothing is offloaded or archived"
+	}
+	if len(refs) > 20 {
+		refs = append(refs[:20], "...")
+	}
+	return "known refs: " + strings.Join(refs, ", ")
+}
+
+// renderMessage writes an archived message as text lines.
+func renderMessage(b *strings.Builder, pos int, m *chat.Message) {
+	fmt.Fprintf(b, "--- message %d (%s", pos, m.Role)
+	if m.Role == chat.RoleTool {
+		fmt.Fprintf(b, " result of %s %s", m.Name, m.ToolCallID)
+		if m.IsError {
+			b.WriteString(", error")
+		}
+	}
+	b.WriteString(") ---\n")
+	if t := m.Text(); t != "" {
+		b.WriteString(t)
+		if !strings.HasSuffix(t, "\n") {
+			b.WriteByte('\n')
+		}
+	}
+	for _, tc := range m.ToolCalls {
+		fmt.Fprintf(b, "[tool call %s %s(%s)]\n", tc.ID, tc.Name, tc.Arguments)
+	}
+}

@@ -1,0 +1,686 @@
+package proxy
+
+import (
+	"bytes"
+	"container/list"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	ctxmgr "github.com/ctxmgr/ctxmgr"
+	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/provider"
+	"github.com/ctxmgr/ctxmgr/tokens"
+	"github.com/ctxmgr/ctxmgr/wire"
+)
+
+// SessionHeader names the session of a request explicitly.
+const SessionHeader = "X-Ctxmgr-Session"
+
+// Server is the proxy. Serve its Handler with net/http; Close it after the http.Server has
+// shut down.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	metrics  *metrics
+	gatherer prometheus.Gatherer
+	cal      *tokens.Calibrator
+	mux      *http.ServeMux
+
+	mgrMu    sync.Mutex
+	managers map[managerKey]*managed
+	exact    map[string]tokens.Counter
+
+	sessMu   sync.Mutex
+	sessions map[string]*psession
+	lru      *list.List
+
+	closed atomic.Bool
+}
+
+// New returns a proxy for cfg.
+func New(cfg Config) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		cal:      tokens.NewCalibrator(tokens.NewCache(tokens.NewHeuristic(tokens.HeuristicOptions{}), 1<<16), tokens.CalibratorOptions{}),
+		managers: map[managerKey]*managed{},
+		exact:    map[string]tokens.Counter{},
+		sessions: map[string]*psession{},
+		lru:      list.New(),
+	}
+	// Load the default vocabulary now rather than in the first request.
+	if c, err := tokens.ForEncoding(tokens.O200kBase); err == nil {
+		s.exact[tokens.O200kBase] = tokens.NewCache(c, 1<<16)
+		c.Text("warm up")
+	}
+	reg := cfg.Registry
+	if reg == nil {
+		r := prometheus.NewRegistry()
+		reg, s.gatherer = r, r
+	} else if g, ok := reg.(prometheus.Gatherer); ok {
+		s.gatherer = g
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: metrics: %w", err)
+	}
+	s.metrics = m
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.handleChat(w, r, FormatOpenAI) })
+	mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { s.handleChat(w, r, FormatAnthropic) })
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	if s.gatherer != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}))
+	}
+	mux.HandleFunc("/", s.handlePassthrough)
+	s.mux = mux
+	return s, nil
+}
+
+// Handler returns the proxy's HTTP handler.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// Calibrator returns the token calibrator the proxy feeds with the providers' reported usage.
+func (s *Server) Calibrator() *tokens.Calibrator { return s.cal }
+
+// Close stops the Managers' background work. It does not close the Store (the caller owns
+// it) and does not stop in-flight requests (shut the http.Server down first).
+func (s *Server) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	s.mgrMu.Lock()
+	defer s.mgrMu.Unlock()
+	for _, m := range s.managers {
+		_ = m.m.Close()
+	}
+	return nil
+}
+
+// formatOf guesses the format of a request to a path the proxy does not manage.
+func formatOf(r *http.Request) Format {
+	if r.Header.Get("X-Api-Key") != "" || r.Header.Get("Anthropic-Version") != "" || strings.HasPrefix(r.URL.Path, "/v1/messages") {
+		return FormatAnthropic
+	}
+	return FormatOpenAI
+}
+
+// targetURL joins an upstream base URL and the request's path and query. A base that ends in
+// "/v1" is not doubled by a path that starts with "/v1/".
+func targetURL(base string, r *http.Request) (string, error) {
+	u, err := url.Parse(base)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return "", fmt.Errorf("proxy: bad upstream URL %q", base)
+	}
+	p := r.URL.Path
+	bp := strings.TrimRight(u.Path, "/")
+	if strings.HasSuffix(bp, "/v1") && strings.HasPrefix(p, "/v1/") {
+		p = p[len("/v1"):]
+	}
+	u.Path = bp + p
+	u.RawPath = ""
+	u.RawQuery = r.URL.RawQuery
+	return u.String(), nil
+}
+
+// statusWriter records the status written.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// hopHeaders are not forwarded in either direction.
+var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+	"Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+func copyRequestHeaders(dst, src http.Header) {
+	for k, vs := range src {
+		dst[k] = append([]string(nil), vs...)
+	}
+	for _, f := range src.Values("Connection") {
+		for _, k := range strings.Split(f, ",") {
+			dst.Del(strings.TrimSpace(k))
+		}
+	}
+	for _, k := range hopHeaders {
+		dst.Del(k)
+	}
+	dst.Del("Host")
+	dst.Del("Content-Length")
+	// The proxy reads responses (usage, tool calls): let the transport negotiate and undo
+	// compression itself.
+	dst.Del("Accept-Encoding")
+	dst.Del(SessionHeader)
+}
+
+func copyResponseHeaders(dst, src http.Header) {
+	for k, vs := range src {
+		dst[k] = append([]string(nil), vs...)
+	}
+	for _, f := range src.Values("Connection") {
+		for _, k := range strings.Split(f, ",") {
+			dst.Del(strings.TrimSpace(k))
+		}
+	}
+	for _, k := range hopHeaders {
+		dst.Del(k)
+	}
+	dst.Del("Content-Length")
+}
+
+func flush(w http.ResponseWriter) {
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// handlePassthrough forwards what the proxy does not manage (GET /v1/models and any other
+// path) untouched.
+func (s *Server) handlePassthrough(w http.ResponseWriter, r *http.Request) {
+	f := formatOf(r)
+	base := s.cfg.upstream(f, "")
+	if base == "" {
+		if f == FormatOpenAI {
+			base = s.cfg.UpstreamAnthropic
+		} else {
+			base = s.cfg.UpstreamOpenAI
+		}
+	}
+	target, err := targetURL(base, r)
+	if err != nil {
+		writeError(w, f, http.StatusBadGateway, "api_error", err.Error())
+		return
+	}
+	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	req, err := http.NewRequestWithContext(r.Context(), r.Method, target, body)
+	if err != nil {
+		writeError(w, f, http.StatusBadRequest, "invalid_request_error", err.Error())
+		return
+	}
+	copyRequestHeaders(req.Header, r.Header)
+	req.ContentLength = r.ContentLength
+	resp, err := s.cfg.HTTPClient.Do(req)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, f, http.StatusRequestEntityTooLarge, "request_too_large", fmt.Sprintf("request body above %d bytes", s.cfg.MaxBodyBytes))
+			return
+		}
+		s.log.Warn("proxy: upstream unreachable", slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+		writeError(w, f, http.StatusBadGateway, "api_error", "upstream unreachable: "+err.Error())
+		return
+	}
+	defer resp.Body.Close()
+	copyResponseHeaders(w.Header(), resp.Header)
+	w.WriteHeader(resp.StatusCode)
+	relayRaw(w, resp.Body)
+}
+
+// relayRaw copies a body, flushing after every read so that streams arrive as they come.
+func relayRaw(w http.ResponseWriter, body io.Reader) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return
+			}
+			flush(w)
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// exchange is one client request in flight.
+type exchange struct {
+	s       *Server
+	w       http.ResponseWriter
+	r       *http.Request
+	format  Format
+	target  string
+	dec     *chat.Request
+	body    []byte // the client's body
+	model   string
+	stream  bool
+	managed bool
+
+	ps       *psession
+	id       string
+	mgr      *managed
+	sess     *ctxmgr.Session
+	readTool bool
+	sent     chat.Request // the request last forwarded (managed only)
+	window   int
+	maxOut   int
+
+	log        *slog.Logger
+	upstreamNS int64
+	reads      int
+	recovered  int
+}
+
+func boolField(extra map[string]json.RawMessage, key string) bool {
+	var b bool
+	_ = json.Unmarshal(extra[key], &b)
+	return b
+}
+
+func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Format) {
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w}
+	attrs := []slog.Attr{slog.String("format", string(format)), slog.String("path", r.URL.Path)}
+	defer func() {
+		status := sw.status
+		if status == 0 {
+			status = 499
+		}
+		s.metrics.requests.WithLabelValues(string(format), strconv.Itoa(status)).Inc()
+		attrs = append(attrs, slog.Int("status", status), slog.Duration("duration", time.Since(start)))
+		s.log.LogAttrs(r.Context(), slog.LevelInfo, "proxy request", attrs...)
+	}()
+
+	body, err := io.ReadAll(http.MaxBytesReader(sw, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(sw, format, http.StatusRequestEntityTooLarge, "request_too_large", fmt.Sprintf("request body above %d bytes", s.cfg.MaxBodyBytes))
+			return
+		}
+		writeError(sw, format, http.StatusBadRequest, "invalid_request_error", "reading the request body: "+err.Error())
+		return
+	}
+	x := &exchange{s: s, w: sw, r: r, format: format, log: s.log, body: body}
+	dec, derr := wire.Decode(wire.Format(format), body)
+	if derr == nil {
+		x.dec = dec
+		_ = json.Unmarshal(dec.Extra["model"], &x.model)
+		x.stream = boolField(dec.Extra, "stream")
+	}
+	attrs = append(attrs, slog.String("model", x.model), slog.Bool("stream", x.stream))
+	base := s.cfg.upstream(format, x.model)
+	if base == "" {
+		writeError(sw, format, http.StatusBadGateway, "api_error", fmt.Sprintf("no upstream configured for %s requests", format))
+		return
+	}
+	if x.target, err = targetURL(base, r); err != nil {
+		writeError(sw, format, http.StatusBadGateway, "api_error", err.Error())
+		return
+	}
+	if derr != nil {
+		// Not a body the proxy understands: the upstream gives the real error.
+		s.metrics.unmanaged.WithLabelValues("decode").Inc()
+		attrs = append(attrs, slog.String("unmanaged", derr.Error()))
+		x.forward(r.Context(), body)
+		return
+	}
+
+	out, info, err := s.manage(r.Context(), x)
+	attrs = append(attrs, info...)
+	if err != nil {
+		if errors.Is(err, errAnswered) {
+			return
+		}
+		reason := "history"
+		var nf *ctxmgr.NoFitError
+		switch {
+		case errors.As(err, &nf):
+			reason = "does_not_fit"
+		case errors.Is(err, ctxmgr.ErrInvalidConfig):
+			reason = "config" // e.g. max_tokens leaves no room in the window
+		}
+		s.metrics.unmanaged.WithLabelValues(reason).Inc()
+		attrs = append(attrs, slog.String("unmanaged", err.Error()))
+		x.managed = false
+		x.forward(r.Context(), body)
+		return
+	}
+	s.metrics.overhead.WithLabelValues(string(format)).Observe(time.Since(start).Seconds())
+	x.forward(r.Context(), out)
+	attrs = append(attrs, slog.Duration("upstream", time.Duration(x.upstreamNS)))
+	if x.recovered > 0 {
+		attrs = append(attrs, slog.Int("recoveries", x.recovered))
+	}
+	if x.reads > 0 {
+		attrs = append(attrs, slog.Int("reads", x.reads))
+	}
+}
+
+// errAnswered: the request was answered locally (a command).
+var errAnswered = errors.New("answered")
+
+// manage syncs the session, answers commands, runs the pipeline and returns the body to
+// forward.
+func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, error) {
+	dec := x.dec
+	var info []slog.Attr
+	window, maxOut := s.cfg.limits(x.model)
+	for _, k := range []string{"max_completion_tokens", "max_tokens"} {
+		var n int
+		if json.Unmarshal(dec.Extra[k], &n) == nil && n > 0 {
+			maxOut = n
+			break
+		}
+	}
+	mgr, key, err := s.manager(x.model, window, maxOut)
+	if err != nil {
+		return nil, info, err
+	}
+	x.window, x.maxOut = window, mgr.m.Config().Budget.MaxOutput
+	dec.Tools = stripReadTool(dec.Tools)
+	msgs, cmd := splitCommands(dec.Messages)
+	base, src := sessionKey(x.r.Header.Get(SessionHeader), dec, msgs)
+	ps, branched, err := s.openSession(ctx, base, mgr, key, dec, msgs)
+	if err != nil {
+		return nil, info, err
+	}
+	x.ps, x.id, x.mgr, x.sess = ps, ps.id, ps.mgr, ps.sess
+	info = append(info, slog.String("session", ps.id), slog.String("session_source", src))
+	x.log = s.log.With(slog.String("session", ps.id))
+	if branched {
+		info = append(info, slog.Bool("branched", true))
+	}
+	if cmd != nil {
+		text := s.runCommand(ctx, ps, cmd, dec.System, dec.Tools)
+		ps.mu.Unlock()
+		var so struct {
+			IncludeUsage bool `json:"include_usage"`
+		}
+		_ = json.Unmarshal(dec.Extra["stream_options"], &so)
+		writeLocal(x.w, x.format, x.model, x.stream, so.IncludeUsage, text)
+		info = append(info, slog.String("command", cmd.name))
+		return nil, info, errAnswered
+	}
+	counter := ps.mgr.m.Config().Counter
+	p, err := ps.mgr.m.Prepare(ctx, ps.sess)
+	if err == nil && !ps.readTool {
+		if err = s.syncReadTool(ps, dec.System, dec.Tools); err == nil && ps.readTool {
+			p, err = ps.mgr.m.Prepare(ctx, ps.sess)
+		}
+	}
+	x.readTool = ps.readTool
+	before := counter.Request(&chat.Request{System: dec.System, Tools: dec.Tools}).Total + ps.orig
+	ps.mu.Unlock()
+	if err != nil {
+		return nil, info, err
+	}
+	s.metrics.tokensBefore.WithLabelValues(string(x.format)).Observe(float64(before))
+	s.metrics.tokensAfter.WithLabelValues(string(x.format)).Observe(float64(p.Report.InputAfter))
+	if p.Report.PrefixChanged {
+		s.metrics.prefixChanged.Inc()
+	} else {
+		s.metrics.prefixKept.Inc()
+	}
+	info = append(info, slog.Int("tokens_before", before), slog.Int("tokens_after", p.Report.InputAfter),
+		slog.Int("compactions", p.Report.Compactions), slog.Bool("prefix_changed", p.Report.PrefixChanged))
+	x.managed = true
+	if !x.readTool && p.Report.Evicted == 0 && p.Report.SummaryVersion == 0 && len(msgs) == len(dec.Messages) &&
+		len(p.Request.Messages) == len(msgs) && p.Report.InputAfter == before {
+		// Nothing was changed: forward the client's own bytes.
+		x.sent = *dec
+		x.sent.System, x.sent.Tools, x.sent.Messages = p.Request.System, p.Request.Tools, p.Request.Messages
+		info = append(info, slog.Bool("verbatim", true))
+		return x.body, info, nil
+	}
+	out, err := x.encode(p.Request)
+	if err != nil {
+		return nil, info, err
+	}
+	return out, info, nil
+}
+
+// encode renders req with every other body field of the client's request kept verbatim, and
+// records it as the request sent.
+func (x *exchange) encode(req chat.Request) ([]byte, error) {
+	out := *x.dec
+	out.System, out.Tools, out.Messages = req.System, req.Tools, req.Messages
+	b, err := wire.Encode(wire.Format(x.format), &out)
+	if err != nil {
+		return nil, err
+	}
+	x.sent = out
+	return b, nil
+}
+
+// send posts body upstream with the client's headers.
+func (x *exchange) send(ctx context.Context, body []byte) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, x.target, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	copyRequestHeaders(req.Header, x.r.Header)
+	if req.Header.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.ContentLength = int64(len(body))
+	t0 := time.Now()
+	resp, err := x.s.cfg.HTTPClient.Do(req)
+	d := time.Since(t0)
+	x.upstreamNS += int64(d)
+	x.s.metrics.upstream.WithLabelValues(string(x.format)).Observe(d.Seconds())
+	return resp, err
+}
+
+// maxErrorBody bounds how much of an upstream error body is read.
+const maxErrorBody = 4 << 20
+
+// forward sends body upstream and relays the answer, recovering from context overflows when
+// the request is managed.
+func (x *exchange) forward(ctx context.Context, body []byte) {
+	for {
+		resp, err := x.send(ctx, body)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			x.log.Warn("proxy: upstream unreachable", slog.String("error", err.Error()))
+			writeError(x.w, x.format, http.StatusBadGateway, "api_error", "upstream unreachable: "+err.Error())
+			return
+		}
+		if resp.StatusCode < 200 || resp.StatusCode > 299 {
+			errBody, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+			resp.Body.Close()
+			if x.managed && provider.IsOverflow(resp.StatusCode, errBody) {
+				if next, ok := x.recover(ctx, resp.StatusCode, errBody); ok {
+					body = next
+					continue
+				}
+			}
+			copyResponseHeaders(x.w.Header(), resp.Header)
+			x.w.WriteHeader(resp.StatusCode)
+			_, _ = x.w.Write(errBody)
+			return
+		}
+		if x.stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+			x.relayStream(ctx, resp)
+		} else {
+			x.relayJSON(ctx, resp)
+		}
+		return
+	}
+}
+
+// recover answers an upstream overflow: a tighter request, if the Manager has recoveries left.
+func (x *exchange) recover(ctx context.Context, status int, body []byte) ([]byte, bool) {
+	x.ps.mu.Lock()
+	p, err := x.mgr.m.Recover(ctx, x.sess, &provider.StatusError{Status: status, Body: body})
+	x.ps.mu.Unlock()
+	if err != nil {
+		x.log.Warn("proxy: overflow recovery failed", slog.String("error", err.Error()))
+		return nil, false
+	}
+	out, err := x.encode(p.Request)
+	if err != nil {
+		return nil, false
+	}
+	x.recovered++
+	x.log.Info("proxy: upstream overflow, retrying with a tighter request",
+		slog.Int("status", status), slog.Int("tokens_after", p.Report.InputAfter))
+	return out, true
+}
+
+// observeUsage feeds the provider's reported input tokens to the calibrator.
+func (x *exchange) observeUsage(reported int) {
+	if !x.managed || reported <= 0 || len(x.sent.Messages) == 0 {
+		return
+	}
+	if x.mgr.exact {
+		est := x.mgr.m.Config().Counter.Request(&x.sent).Total
+		if est > 0 {
+			x.s.metrics.usageRatio.WithLabelValues("exact").Observe(float64(reported) / float64(est))
+		}
+		return
+	}
+	est := x.s.cal.ObserveRequest(x.model, &x.sent, reported)
+	if est > 0 {
+		x.s.metrics.usageRatio.WithLabelValues("heuristic").Observe(float64(reported) / float64(est))
+	}
+}
+
+// relayJSON relays a non-streamed answer, answering ctxmgr_read calls first.
+func (x *exchange) relayJSON(ctx context.Context, resp *http.Response) {
+	if !x.managed {
+		defer resp.Body.Close()
+		copyResponseHeaders(x.w.Header(), resp.Header)
+		x.w.WriteHeader(resp.StatusCode)
+		relayRaw(x.w, resp.Body)
+		return
+	}
+	data, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		writeError(x.w, x.format, http.StatusBadGateway, "api_error", "reading the upstream answer: "+err.Error())
+		return
+	}
+	x.observeUsage(usageOf(x.format, data))
+	for round := 0; x.readTool; round++ {
+		asst, calls, mixed, ok := findReads(x.format, data)
+		if !ok || len(calls) == 0 {
+			break
+		}
+		if mixed || round >= x.s.cfg.MaxReads {
+			data = stripReads(x.format, data)
+			break
+		}
+		next, err := x.followUp(ctx, asst, calls)
+		if err != nil {
+			data = stripReads(x.format, data)
+			break
+		}
+		r2, err := x.send(ctx, next)
+		if err != nil {
+			data = stripReads(x.format, data)
+			break
+		}
+		d2, _ := io.ReadAll(r2.Body)
+		r2.Body.Close()
+		if r2.StatusCode < 200 || r2.StatusCode > 299 {
+			data = stripReads(x.format, data)
+			break
+		}
+		resp, data = r2, d2
+		x.observeUsage(usageOf(x.format, data))
+	}
+	copyResponseHeaders(x.w.Header(), resp.Header)
+	x.w.WriteHeader(resp.StatusCode)
+	_, _ = x.w.Write(data)
+}
+
+// followUp builds the request that answers ctxmgr_read calls: the request sent, the
+// assistant message that made the calls, and the results, within the window.
+func (x *exchange) followUp(ctx context.Context, asst chat.Message, calls []readCall) ([]byte, error) {
+	counter := x.mgr.m.Config().Counter
+	req := x.sent
+	msgs := make([]chat.Message, 0, len(req.Messages)+1+len(calls))
+	msgs = append(msgs, req.Messages...)
+	msgs = append(msgs, asst)
+	used := counter.Request(&chat.Request{System: req.System, Tools: req.Tools, Messages: msgs}).Total
+	room := x.window - x.maxOut - used - 64*len(calls)
+	if x.window > 0 {
+		room -= x.window / 50 // the margin of estimated counters
+	}
+	per := room / max(1, len(calls))
+	for _, c := range calls {
+		var text string
+		isErr := false
+		if per < 64 {
+			text, isErr = "ctxmgr_read: no room left in the context window for this read; answer with what you have.", true
+		} else {
+			text, isErr = x.s.answerRead(ctx, x.id, x.mgr, x.sess, c.Args, per, counter)
+		}
+		x.reads++
+		msgs = append(msgs, chat.ToolResult(c.ID, readToolName, text, isErr))
+	}
+	return x.encode(chat.Request{System: req.System, Tools: req.Tools, Messages: msgs})
+}
+
+// usageOf returns the input tokens a provider reports in a non-streamed answer: OpenAI
+// usage.prompt_tokens; Anthropic usage.input_tokens + cache_creation_input_tokens +
+// cache_read_input_tokens.
+func usageOf(f Format, data []byte) int {
+	var v struct {
+		Usage *usage `json:"usage"`
+	}
+	if json.Unmarshal(data, &v) != nil || v.Usage == nil {
+		return 0
+	}
+	return v.Usage.input(f)
+}
+
+type usage struct {
+	PromptTokens             int `json:"prompt_tokens"`
+	InputTokens              int `json:"input_tokens"`
+	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int `json:"cache_read_input_tokens"`
+}
+
+func (u *usage) input(f Format) int {
+	if f == FormatAnthropic {
+		return u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens
+	}
+	return u.PromptTokens
+}

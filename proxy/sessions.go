@@ -1,0 +1,460 @@
+package proxy
+
+import (
+	"container/list"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+
+	ctxmgr "github.com/ctxmgr/ctxmgr"
+	"github.com/ctxmgr/ctxmgr/budget"
+	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/store"
+	"github.com/ctxmgr/ctxmgr/tokens"
+)
+
+// managerKey identifies one Manager configuration: the window, the reply reserve and the
+// token counter (an exact encoding, or a model's calibrated estimate).
+type managerKey struct {
+	window, maxOutput int
+	counter           string
+}
+
+type managed struct {
+	m     *ctxmgr.Manager
+	exact bool
+}
+
+// manager returns the Manager for a model and reply size, creating it on first use.
+func (s *Server) manager(model string, window, maxOutput int) (*managed, managerKey, error) {
+	var key managerKey
+	key.window, key.maxOutput = window, maxOutput
+	enc, exact := tokens.EncodingForModel(model)
+	if exact {
+		key.counter = enc
+	} else {
+		key.counter = "cal:" + model
+	}
+	s.mgrMu.Lock()
+	defer s.mgrMu.Unlock()
+	if m := s.managers[key]; m != nil {
+		return m, key, nil
+	}
+	cfg, err := ctxmgr.Preset(s.cfg.Preset, window, maxOutput)
+	if err != nil {
+		return nil, key, err
+	}
+	if cfg.Counter == nil {
+		if exact {
+			c := s.exact[enc]
+			if c == nil {
+				base, err := tokens.ForEncoding(enc)
+				if err != nil {
+					return nil, key, err
+				}
+				c = tokens.NewCache(base, 1<<16)
+				s.exact[enc] = c
+			}
+			cfg.Counter = c
+			cfg.Budget.SafetyMargin = budget.ZeroRatio
+		} else {
+			cfg.Counter = s.cal.Counter(model)
+		}
+	}
+	// The presets' ingestion cap (50000 bytes) suits 200K windows; a tool result of more than
+	// about a quarter of a small window is offloaded at once instead of being truncated later.
+	if cfg.ToolResultCap > window && window >= 1024 {
+		cfg.ToolResultCap = window
+	}
+	cfg.Store = s.cfg.Store
+	cfg.Logger = s.log
+	if s.cfg.Summarizer != nil {
+		cfg.Summarizer = s.cfg.Summarizer
+	}
+	cfg.OnEvent = s.metrics.onEvent
+	if s.cfg.Tune != nil {
+		s.cfg.Tune(&cfg)
+	}
+	mgr, err := ctxmgr.New(cfg)
+	if err != nil {
+		return nil, key, err
+	}
+	m := &managed{m: mgr, exact: exact && cfg.Counter != nil}
+	s.managers[key] = m
+	return m, key, nil
+}
+
+// nhash is the normalized hash of a message: what the conversation means, not how a client
+// spelled it. It covers the role, the text of the parts, images and files, other blocks,
+// tool calls (id, name, arguments as canonical JSON), tool_call_id and is_error; it ignores
+// reasoning parts (clients often drop them), the wire spelling (Shape, Wire, Extra, empty
+// text parts) and names, because clients re-serialize the assistant message they received
+// slightly differently.
+type nhash [16]byte
+
+func normHash(m *chat.Message) nhash {
+	h := sha256.New()
+	var n [8]byte
+	field := func(tag byte, s string) {
+		h.Write([]byte{tag})
+		binary.LittleEndian.PutUint64(n[:], uint64(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	field('r', string(m.Role))
+	for i := range m.Content {
+		p := &m.Content[i]
+		switch p.Type {
+		case chat.PartText:
+			if p.Text != "" {
+				field('t', p.Text)
+			}
+		case chat.PartImage:
+			if p.Image != nil {
+				field('i', p.Image.URL+"\x00"+p.Image.Data)
+			}
+		case chat.PartFile:
+			if p.File != nil {
+				field('f', p.File.ID+"\x00"+p.File.URL+"\x00"+p.File.Data)
+			}
+		case chat.PartOther:
+			field('o', canonicalJSON(string(p.Raw)))
+		}
+	}
+	for _, tc := range m.ToolCalls {
+		field('c', tc.ID)
+		field('n', tc.Name)
+		field('a', canonicalJSON(tc.Arguments))
+	}
+	if m.ToolCallID != "" {
+		field('T', m.ToolCallID)
+	}
+	if m.IsError {
+		field('E', "")
+	}
+	var out nhash
+	copy(out[:], h.Sum(nil))
+	return out
+}
+
+// canonicalJSON re-encodes a JSON value with sorted keys and no insignificant whitespace;
+// text that is not JSON is returned as is.
+func canonicalJSON(s string) string {
+	t := strings.TrimSpace(s)
+	if t == "" {
+		return ""
+	}
+	if t[0] != '{' && t[0] != '[' {
+		return s
+	}
+	dec := json.NewDecoder(strings.NewReader(t))
+	dec.UseNumber()
+	var v any
+	if dec.Decode(&v) != nil || dec.More() {
+		return s
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return s
+	}
+	return string(b)
+}
+
+func hashAll(msgs []chat.Message) []nhash {
+	out := make([]nhash, len(msgs))
+	for i := range msgs {
+		out[i] = normHash(&msgs[i])
+	}
+	return out
+}
+
+// hashSetup is the hash of a system prompt and tool definitions.
+func hashSetup(system []chat.Message, tools []chat.Tool) nhash {
+	h := sha256.New()
+	for i := range system {
+		x := normHash(&system[i])
+		h.Write(x[:])
+	}
+	h.Write([]byte{0})
+	for _, t := range tools {
+		b, _ := json.Marshal(t)
+		h.Write(b)
+	}
+	var out nhash
+	copy(out[:], h.Sum(nil))
+	return out
+}
+
+// psession is the proxy's side of a session: the ctxmgr Session, the normalized hashes of
+// its history and the system/tools it was last given. mu serializes the requests of one
+// session while they touch its state (not while the upstream answers).
+type psession struct {
+	mu       sync.Mutex
+	id       string
+	key      managerKey
+	mgr      *managed
+	sess     *ctxmgr.Session
+	hashes   []nhash
+	orig     int // tokens of the history's original messages, by the manager's counter
+	setup    nhash
+	readTool bool
+	elem     *list.Element
+}
+
+// acquire returns the session with this id from the cache (a fresh one if absent), locked.
+func (s *Server) acquire(id string) *psession {
+	s.sessMu.Lock()
+	ps := s.sessions[id]
+	if ps == nil {
+		ps = &psession{id: id}
+		s.sessions[id] = ps
+		ps.elem = s.lru.PushFront(ps)
+		for s.lru.Len() > s.cfg.MaxSessions {
+			old := s.lru.Back()
+			o := old.Value.(*psession)
+			s.lru.Remove(old)
+			delete(s.sessions, o.id)
+		}
+	} else {
+		s.lru.MoveToFront(ps.elem)
+	}
+	s.sessMu.Unlock()
+	ps.mu.Lock()
+	return ps
+}
+
+// load (re)loads ps from the store under manager m. Called with ps.mu held.
+func (s *Server) load(ctx context.Context, ps *psession, m *managed, key managerKey, system []chat.Message, tools []chat.Tool) error {
+	sess, err := m.m.LoadSession(ctx, ps.id, system, tools)
+	if err != nil {
+		return err
+	}
+	ps.sess, ps.mgr, ps.key = sess, m, key
+	hist := sess.History()
+	ps.hashes = hashAll(hist)
+	ps.orig = 0
+	c := m.m.Config().Counter
+	for i := range hist {
+		ps.orig += c.Message(&hist[i])
+	}
+	ps.setup = hashSetup(system, tools)
+	ps.readTool = false
+	s.snapshotConfig(ctx, ps.id, m, key)
+	return s.syncReadTool(ps, system, tools)
+}
+
+// configStore is implemented by stores that keep a session's model and configuration snapshot
+// (SQLite, PostgreSQL).
+type configStore interface {
+	PutConfig(ctx context.Context, session, model string, config []byte) error
+}
+
+// snapshotConfig records the configuration a session is managed with, best effort (it is a
+// record for operators; a failure is logged).
+func (s *Server) snapshotConfig(ctx context.Context, id string, m *managed, key managerKey) {
+	cs, ok := s.cfg.Store.(configStore)
+	if !ok {
+		return
+	}
+	c := m.m.Config()
+	snap, err := json.Marshal(map[string]any{
+		"preset": s.cfg.Preset, "window": key.window, "max_output": key.maxOutput, "counter": c.Counter.Name(),
+		"threshold": c.Budget.Threshold, "reserve": c.Budget.Reserve, "tool_result_cap": c.ToolResultCap,
+	})
+	if err != nil {
+		return
+	}
+	if err := cs.PutConfig(ctx, id, key.counter, snap); err != nil {
+		s.cfg.Logger.Warn("proxy: storing the session's config snapshot failed", slog.String("session", id), slog.String("error", err.Error()))
+	}
+}
+
+// needsRead reports whether the session has content the agent can only read back through the
+// ctxmgr_read tool: evicted (archived) messages or offloaded, masked or truncated results.
+func needsRead(st ctxmgr.Stats) bool {
+	return st.Evicted > 0 || len(st.Offloads) > 0 || st.Masked > 0 || st.Truncated > 0
+}
+
+// syncReadTool adds the ctxmgr_read tool to the session's tools once it has stored content.
+func (s *Server) syncReadTool(ps *psession, system []chat.Message, tools []chat.Tool) error {
+	if s.cfg.DisableReadTool || ps.readTool {
+		return nil
+	}
+	if !needsRead(ps.mgr.m.Stats(ps.sess)) {
+		return nil
+	}
+	if err := ps.sess.SetSystem(system, withReadTool(tools)); err != nil {
+		return err
+	}
+	ps.readTool = true
+	return nil
+}
+
+// errBranch says that the stored history is not a prefix of the incoming one.
+var errBranch = errors.New("proxy: history diverged")
+
+// sync makes the session's history equal the incoming history: appends what is new. It
+// returns errBranch (and appends nothing) when the stored history is not a prefix of the
+// incoming one. Called with ps.mu held.
+func (s *Server) sync(ctx context.Context, ps *psession, m *managed, key managerKey, system []chat.Message, tools []chat.Tool, msgs []chat.Message, hashes []nhash) error {
+	if ps.sess == nil || ps.key != key {
+		if err := s.load(ctx, ps, m, key, system, tools); err != nil {
+			return err
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		if len(ps.hashes) > len(hashes) || !slices.Equal(ps.hashes, hashes[:len(ps.hashes)]) {
+			return errBranch
+		}
+		if setup := hashSetup(system, tools); setup != ps.setup {
+			t := tools
+			if ps.readTool {
+				t = withReadTool(tools)
+			}
+			if err := ps.sess.SetSystem(system, t); err != nil {
+				return err
+			}
+			ps.setup = setup
+		}
+		news := msgs[len(ps.hashes):]
+		if len(news) == 0 {
+			break
+		}
+		err := ps.sess.Append(ctx, news...)
+		if err == nil {
+			ps.hashes = append(ps.hashes, hashes[len(ps.hashes):]...)
+			c := ps.mgr.m.Config().Counter
+			for i := range news {
+				ps.orig += c.Message(&news[i])
+			}
+			break
+		}
+		if !errors.Is(err, store.ErrConflict) || attempt > 0 {
+			return err
+		}
+		// Another instance appended to this session: reload it from the store and retry.
+		s.metrics.reloads.Inc()
+		if err := s.load(ctx, ps, m, key, system, tools); err != nil {
+			return err
+		}
+	}
+	return s.syncReadTool(ps, system, tools)
+}
+
+// branchID names the branch of session id that a history diverging at message k starts: a
+// hash of the incoming history up to and including its first differing message, so that
+// the branch is found again when the client goes on with the edited history.
+func branchID(id string, hashes []nhash, k int) string {
+	h := sha256.New()
+	for _, x := range hashes[:min(k+1, len(hashes))] {
+		h.Write(x[:])
+	}
+	if k >= len(hashes) {
+		h.Write([]byte("rewind"))
+	}
+	sum := hex.EncodeToString(h.Sum(nil))[:8]
+	if len(id)+9 > store.MaxIDLen-20 {
+		hh := sha256.Sum256([]byte(id))
+		id = "b-" + hex.EncodeToString(hh[:8])
+	}
+	return id + "+" + sum
+}
+
+func commonPrefix(a, b []nhash) int {
+	n := min(len(a), len(b))
+	for i := 0; i < n; i++ {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
+}
+
+// sanitizeID turns a client-given session name into a store-safe id.
+func sanitizeID(prefix, s string) string {
+	var b strings.Builder
+	b.WriteString(prefix)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-_.:@=", c) >= 0 {
+			b.WriteByte(c)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	out := b.String()
+	if len(out) > 120 || out != prefix+s {
+		h := sha256.Sum256([]byte(s))
+		cut := min(len(out), 80)
+		out = out[:cut] + "-" + hex.EncodeToString(h[:8])
+	}
+	if out == "" || out[0] == '.' {
+		out = "s" + out
+	}
+	return out
+}
+
+// sessionKey picks the session of a request: the X-Ctxmgr-Session header, else the Anthropic
+// metadata.user_id, else a hash of the system prompt and the first user message.
+func sessionKey(header string, req *chat.Request, msgs []chat.Message) (id, source string) {
+	if header != "" {
+		return sanitizeID("", header), "header"
+	}
+	if raw, ok := req.Extra["metadata"]; ok {
+		var md struct {
+			UserID string `json:"user_id"`
+		}
+		if json.Unmarshal(raw, &md) == nil && md.UserID != "" {
+			return sanitizeID("user-", md.UserID), "metadata.user_id"
+		}
+	}
+	h := sha256.New()
+	for i := range req.System {
+		x := normHash(&req.System[i])
+		h.Write(x[:])
+	}
+	h.Write([]byte{0})
+	for i := range msgs {
+		if msgs[i].Role == chat.RoleUser {
+			x := normHash(&msgs[i])
+			h.Write(x[:])
+			break
+		}
+	}
+	return "h-" + hex.EncodeToString(h.Sum(nil))[:16], "hash"
+}
+
+// openSession finds the session for the incoming history, following branches, and syncs it.
+// It returns the session locked.
+func (s *Server) openSession(ctx context.Context, base string, m *managed, key managerKey, req *chat.Request, msgs []chat.Message) (*psession, bool, error) {
+	hashes := hashAll(msgs)
+	id := base
+	branched := false
+	for depth := 0; depth < 6; depth++ {
+		ps := s.acquire(id)
+		err := s.sync(ctx, ps, m, key, req.System, req.Tools, msgs, hashes)
+		if err == nil {
+			return ps, branched, nil
+		}
+		k := 0
+		if errors.Is(err, errBranch) {
+			k = commonPrefix(ps.hashes, hashes)
+		}
+		ps.mu.Unlock()
+		if !errors.Is(err, errBranch) {
+			return nil, false, err
+		}
+		branched = true
+		s.metrics.branches.Inc()
+		id = branchID(id, hashes, k)
+	}
+	return nil, false, fmt.Errorf("proxy: session %q: too many branches", base)
+}

@@ -1,0 +1,211 @@
+package proxy
+
+import (
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/proxy/fakeupstream"
+	"github.com/ctxmgr/ctxmgr/proxy/sse"
+	"github.com/ctxmgr/ctxmgr/wire"
+)
+
+func TestSSEReader(t *testing.T) {
+	in := ": keep-alive\n\nevent: message_start\r\ndata: {\"a\":1}\r\n\r\ndata: line1\ndata: line2\n\n\n\ndata: [DONE]"
+	r := sse.NewReader(strings.NewReader(in))
+	var got []sse.Event
+	for {
+		ev, err := r.Next()
+		if err != nil {
+			break
+		}
+		got = append(got, ev)
+	}
+	if len(got) != 4 {
+		t.Fatalf("%d events: %q", len(got), got)
+	}
+	if got[1].Name != "message_start" || string(got[1].Data) != `{"a":1}` || string(got[1].Raw) != "event: message_start\r\ndata: {\"a\":1}\r\n\r\n" {
+		t.Errorf("event 1: %+v", got[1])
+	}
+	if string(got[2].Data) != "line1\nline2" || string(got[3].Data) != "[DONE]" {
+		t.Errorf("events 2-3: %q %q", got[2].Data, got[3].Data)
+	}
+}
+
+// TestNormHash: the same conversation spelled differently by two clients hashes the same.
+func TestNormHash(t *testing.T) {
+	a, err := wire.DecodeOpenAI([]byte(`{"messages":[
+		{"role":"user","content":"hi"},
+		{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"b\": 1, \"a\": [1, 2]}"}}]},
+		{"role":"tool","tool_call_id":"c1","content":"out"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := wire.DecodeOpenAI([]byte(`{"messages":[
+		{"role":"user","content":[{"type":"text","text":"hi"}]},
+		{"role":"assistant","content":"","refusal":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\":[1,2],\"b\":1}"}}]},
+		{"role":"tool","tool_call_id":"c1","content":[{"type":"text","text":"out"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range a.Messages {
+		if normHash(&a.Messages[i]) != normHash(&b.Messages[i]) {
+			t.Errorf("message %d hashes differ", i)
+		}
+	}
+	c := a.Messages[0].Clone()
+	c.Content[0].Text = "hi!"
+	if normHash(&c) == normHash(&a.Messages[0]) {
+		t.Errorf("different texts hash the same")
+	}
+}
+
+func TestSplitCommands(t *testing.T) {
+	msgs := []chat.Message{
+		chat.TextMessage(chat.RoleUser, "do it"),
+		chat.TextMessage(chat.RoleAssistant, "done"),
+		chat.TextMessage(chat.RoleUser, "/compact keep decisions"),
+		chat.TextMessage(chat.RoleAssistant, "[ctxmgr] /compact: compacted 2 messages"),
+		chat.TextMessage(chat.RoleUser, "/context"),
+		chat.TextMessage(chat.RoleAssistant, "[ctxmgr] /context: session x"),
+		chat.TextMessage(chat.RoleUser, "next"),
+		chat.TextMessage(chat.RoleAssistant, "ok"),
+		chat.TextMessage(chat.RoleUser, " /context clear "),
+	}
+	out, cmd := splitCommands(msgs)
+	if cmd == nil || cmd.name != "clear" {
+		t.Fatalf("command %+v", cmd)
+	}
+	var texts []string
+	for _, m := range out {
+		texts = append(texts, m.Text())
+	}
+	if strings.Join(texts, "|") != "do it|done|next|ok" {
+		t.Fatalf("history %q", texts)
+	}
+	if c, ok := parseCommand(&msgs[2]); !ok || c.name != "compact" || c.arg != "keep decisions" {
+		t.Fatalf("parse %+v", c)
+	}
+	for _, s := range []string{"/compacting", "/context please", "compact", "/contextclear"} {
+		m := chat.TextMessage(chat.RoleUser, s)
+		if _, ok := parseCommand(&m); ok {
+			t.Errorf("%q parsed as a command", s)
+		}
+	}
+}
+
+func TestTargetURL(t *testing.T) {
+	r := httptest.NewRequest("POST", "/v1/chat/completions?x=1", nil)
+	for base, want := range map[string]string{
+		"https://api.openai.com":      "https://api.openai.com/v1/chat/completions?x=1",
+		"https://api.openai.com/v1":   "https://api.openai.com/v1/chat/completions?x=1",
+		"https://api.openai.com/v1/":  "https://api.openai.com/v1/chat/completions?x=1",
+		"http://127.0.0.1:9/prefix/":  "http://127.0.0.1:9/prefix/v1/chat/completions?x=1",
+		"http://gateway/openai/v1///": "http://gateway/openai/v1/chat/completions?x=1",
+	} {
+		if got, err := targetURL(base, r); err != nil || got != want {
+			t.Errorf("%s: %s %v, want %s", base, got, err, want)
+		}
+	}
+	if _, err := targetURL("not a url", r); err == nil {
+		t.Errorf("bad base accepted")
+	}
+}
+
+func TestSanitizeID(t *testing.T) {
+	for _, in := range []string{"abc", "a b/c", strings.Repeat("x", 300), "../etc", ".hidden", "ünï"} {
+		id := sanitizeID("", in)
+		if id == "" || len(id) > 150 || strings.ContainsAny(id, "/ ") || id[0] == '.' {
+			t.Errorf("%q -> %q", in, id)
+		}
+	}
+	if sanitizeID("", "a b") == sanitizeID("", "a_b") {
+		t.Errorf("distinct names collide")
+	}
+}
+
+// TestConfigFileAndRoutes: the JSON config file parses, and routes pick the upstream by model
+// prefix; per-model windows apply.
+func TestConfigFileAndRoutes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ctxmgr.json")
+	if err := os.WriteFile(path, []byte(`{"listen":"127.0.0.1:0","upstream_openai":"http://a","window":100000,"upstream_timeout":"90s",
+		"shutdown_timeout":5,"routes":[{"model_prefix":"local-","format":"openai","url":"http://b"}],
+		"models":[{"prefix":"gpt-4o","window":128000,"max_output":16384}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fc, err := LoadFileConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fc.Window != 100000 || len(fc.Routes) != 1 || fc.Models[0].Window != 128000 || time.Duration(fc.UpstreamTimeout) != 90*time.Second || time.Duration(fc.ShutdownTimeout) != 5*time.Second {
+		t.Fatalf("%+v", fc)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	_ = os.WriteFile(bad, []byte(`{"windw":1}`), 0o600)
+	if _, err := LoadFileConfig(bad); err == nil {
+		t.Errorf("unknown field accepted")
+	}
+
+	main := fakeupstream.New(fakeupstream.Options{})
+	other := fakeupstream.New(fakeupstream.Options{})
+	mainUp, otherUp := httptest.NewServer(main), httptest.NewServer(other)
+	defer mainUp.Close()
+	defer otherUp.Close()
+	srv, err := New(Config{UpstreamOpenAI: mainUp.URL, Routes: []Route{{ModelPrefix: "local-", Format: FormatOpenAI, URL: otherUp.URL}},
+		Models: []ModelLimits{{Prefix: "local-", Window: 32000, MaxOutput: 2000}}, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	px := httptest.NewServer(srv.Handler())
+	defer px.Close()
+	ctx := ctxT(t)
+	a := newOpenAIAgent(px.URL, bigOutput(100))
+	a.model = "local-llama"
+	if _, err := a.turn(ctx, "hi, no tools", false); err != nil {
+		t.Fatal(err)
+	}
+	if len(other.Records()) != 1 || len(main.Records()) != 0 {
+		t.Fatalf("routing: other %d, main %d", len(other.Records()), len(main.Records()))
+	}
+	if w, out := srv.cfg.limits("local-llama"); w != 32000 || out != 2000 {
+		t.Fatalf("limits %d %d", w, out)
+	}
+	if _, err := New(Config{}); err == nil {
+		t.Errorf("a config without upstream was accepted")
+	}
+	if _, err := New(Config{UpstreamOpenAI: "http://x", Preset: "nope"}); err == nil {
+		t.Errorf("an unknown preset was accepted")
+	}
+}
+
+func TestModelLimits(t *testing.T) {
+	def := Config{}.withDefaults()
+	cases := []struct {
+		cfg    Config
+		model  string
+		window int
+	}{
+		{def, "gpt-4o-2024-08-06", 128000},
+		{def, "openai/gpt-4o-mini", 128000},
+		{def, "gpt-4", 8192},
+		{def, "gpt-4-turbo-preview", 128000},
+		{def, "gpt-4.1-mini", 1000000},
+		{def, "claude-sonnet-4-5", 200000},
+		{def, "my-local-llama", 200000},
+		{Config{Window: 9000}.withDefaults(), "gpt-4o", 9000},
+		{Config{Models: []ModelLimits{{Prefix: "gpt-4o", Window: 64000}}}.withDefaults(), "gpt-4o-mini", 64000},
+	}
+	for _, c := range cases {
+		if w, _ := c.cfg.limits(c.model); w != c.window {
+			t.Errorf("%s: window %d, want %d", c.model, w, c.window)
+		}
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package ctxmgr
+
+const raceEnabled = false

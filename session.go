@@ -1,0 +1,365 @@
+package ctxmgr
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ctxmgr/ctxmgr/budget"
+	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/store"
+)
+
+// viewKind says what a history entry's view is.
+type viewKind uint8
+
+const (
+	viewOriginal    viewKind = iota
+	viewOffloaded            // ingestion cap: head+tail snippet and reference
+	viewRetruncated          // older cap: shorter snippet, same reference
+	viewMasked               // one-line stub with the reference
+	viewTruncated            // huge turn: middle-out cut with the reference
+	viewNoReasoning          // older reasoning dropped
+)
+
+func (k viewKind) String() string {
+	return [...]string{"original", "offloaded", "retruncated", "masked", "truncated", "no-reasoning"}[k]
+}
+
+// entry is one message of the history: the original exactly as appended, and the view that is
+// sent (the same message unless a step replaced it). Views are replaced, never mutated, so a
+// Prepared request never changes under its holder.
+type entry struct {
+	orig   chat.Message
+	view   chat.Message
+	tokens int // tokens of view
+	kind   viewKind
+	off    *store.Offloaded // where the full text of a tool result is, once offloaded
+	size   int              // text bytes of the original (tool results)
+	exempt bool
+}
+
+// archiveRange records one archived span of history.
+type archiveRange struct {
+	From, To int
+	Where    store.Location
+}
+
+// Session is one conversation: system prompt, tool definitions, the full append-only history,
+// the current summary and what has been evicted. Methods are safe for concurrent use.
+type Session struct {
+	m  *Manager
+	id string
+
+	mu         sync.Mutex
+	system     []chat.Message
+	tools      []chat.Tool
+	sysTokens  int // system messages + reply priming
+	toolTokens int
+
+	entries    []entry
+	start      int // entries[:start] are evicted (archived, in the summary), but for pinned
+	pinned     int // the latest user message when a cut passed it: shown before the summary (-1: none)
+	lastUser   int // index of the latest user message (-1: none)
+	assistants int // assistant messages appended: the LLM calls made so far
+	histTokens int // tokens of the history sent: entries[start:] and the pinned message
+	open       map[string]int
+	results    []int // indices of tool-result entries, ascending
+
+	summary       *store.Summary
+	summaryMsg    chat.Message
+	summaryTokens int
+	archives      []archiveRange
+
+	epoch      uint64 // bumps whenever something already sent changes
+	sentEpoch  uint64
+	savedEpoch uint64 // epoch of the state last written to the store
+	validEpoch uint64 // epoch at which the whole request was last validated
+	validated  bool
+	sent       bool
+	recoveries int
+	extraSlack int // tokens of window given up after provider overflows (Recover)
+
+	bg *job // background summary in flight or done, not yet applied
+}
+
+// ID returns the session id.
+func (s *Session) ID() string { return s.id }
+
+// Len returns how many messages have been appended in all.
+func (s *Session) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.entries)
+}
+
+// History returns every message ever appended, verbatim, in order (evicted ones included).
+func (s *Session) History() []chat.Message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]chat.Message, len(s.entries))
+	for i := range s.entries {
+		out[i] = s.entries[i].orig.Clone()
+	}
+	return out
+}
+
+// Summary returns the current summary, or nil.
+func (s *Session) Summary() *store.Summary {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.summary == nil {
+		return nil
+	}
+	sum := *s.summary
+	return &sum
+}
+
+// SetSystem replaces the system prompt and tool definitions (a client that changed them). The
+// next request's prefix changes.
+func (s *Session) SetSystem(system []chat.Message, tools []chat.Tool) error {
+	if err := chat.Validate(system); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.setSystem(system, tools)
+	s.epoch++
+	return nil
+}
+
+func (s *Session) setSystem(system []chat.Message, tools []chat.Tool) {
+	c := s.m.cfg.Counter
+	s.system = make([]chat.Message, len(system))
+	s.sysTokens = 3 // reply priming
+	for i := range system {
+		s.system[i] = system[i].Clone()
+		s.sysTokens += c.Message(&s.system[i])
+	}
+	s.tools = slices.Clone(tools)
+	s.toolTokens = 0
+	if len(tools) > 0 {
+		s.toolTokens = c.Tools(s.tools)
+	}
+}
+
+// Append adds messages to the history, in order. Each is validated (role, UTF-8, tool-call
+// pairing: a result answers a call still open, and no other message comes while calls wait
+// for their results, as providers require) and written to the Store before Append returns; a tool
+// result above the ingestion cap is offloaded whole and replaced in context by a snippet and a
+// reference. On error nothing of this call is appended.
+func (s *Session) Append(ctx context.Context, msgs ...chat.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	base := len(s.entries)
+	if err := s.check(base, msgs); err != nil {
+		return err
+	}
+	cfg := &s.m.cfg
+	news := make([]entry, len(msgs))
+	for i := range msgs {
+		e := &news[i]
+		e.orig = msgs[i].Clone()
+		e.view = e.orig
+		if e.orig.Role == chat.RoleTool {
+			e.size = textBytes(&e.orig)
+			e.exempt = slices.Contains(cfg.ExemptTools, e.orig.Name)
+			if cfg.ToolResultCap > 0 && e.size > cfg.ToolResultCap && !e.exempt {
+				off, err := s.offload(ctx, base+i, e)
+				if err != nil {
+					return err
+				}
+				e.off = &off
+				e.view = snippetView(&e.orig, off, cfg.ToolResultCap)
+				e.kind = viewOffloaded
+			}
+		}
+	}
+	if err := cfg.Store.Append(ctx, s.id, base, msgs); err != nil {
+		return s.m.storeErr("append", err)
+	}
+	for i := range news {
+		e := &news[i]
+		e.tokens = cfg.Counter.Message(&e.view)
+		if e.orig.Role == chat.RoleTool {
+			s.results = append(s.results, base+i)
+			delete(s.open, e.orig.ToolCallID)
+		}
+		for _, tc := range e.orig.ToolCalls {
+			s.open[tc.ID] = base + i
+		}
+		if e.orig.Role == chat.RoleUser {
+			s.lastUser = base + i
+		}
+		if e.orig.Role == chat.RoleAssistant {
+			s.assistants++
+		}
+		if e.kind == viewOffloaded {
+			// Before is an estimate (bytes/4): counting a 50 MB result exactly only for a log
+			// line would cost seconds.
+			s.m.emit(s, Event{Step: StepOffload, Reason: fmt.Sprintf("tool result of %d bytes above the ingestion cap of %d", e.size, cfg.ToolResultCap),
+				Before: e.tokens + (e.size-textBytes(&e.view))/4, After: e.tokens, Messages: 1})
+		}
+		s.histTokens += e.tokens
+	}
+	s.entries = append(s.entries, news...)
+	s.recoveries = 0
+	return nil
+}
+
+// check validates msgs as a continuation of the history (positions from base).
+func (s *Session) check(base int, msgs []chat.Message) error {
+	open := make(map[string]bool, len(s.open))
+	for id := range s.open {
+		open[id] = true
+	}
+	for i := range msgs {
+		m := &msgs[i]
+		if err := chat.ValidateMessage(base+i, m); err != nil {
+			return err
+		}
+		if m.Role != chat.RoleTool && len(open) > 0 {
+			// Providers want the results right after the calls; a history that goes on
+			// without them can never be sent, so it is refused here, where the caller can
+			// still fix it.
+			first := ""
+			for id := range open {
+				if first == "" || id < first {
+					first = id
+				}
+			}
+			return &chat.Error{Index: base + i, Field: "role", Err: chat.ErrMissingToolResult,
+				Detail: fmt.Sprintf("%d tool call(s) still wait for their results (%q first); append them before the next %s message", len(open), first, m.Role)}
+		}
+		if m.Role == chat.RoleTool {
+			if !open[m.ToolCallID] {
+				return &chat.Error{Index: base + i, Field: "tool_call_id", Err: chat.ErrOrphanToolResult, Detail: fmt.Sprintf("no open call %q", m.ToolCallID)}
+			}
+			delete(open, m.ToolCallID)
+		}
+		for j, tc := range m.ToolCalls {
+			if open[tc.ID] {
+				return &chat.Error{Index: base + i, Field: fmt.Sprintf("tool_calls[%d].id", j), Err: chat.ErrDuplicateToolCallID, Detail: fmt.Sprintf("%q is already waiting for a result", tc.ID)}
+			}
+			open[tc.ID] = true
+		}
+	}
+	return nil
+}
+
+// offload writes the full text of a tool result to the store under a key unique to its
+// history position (tool call ids can repeat across turns).
+func (s *Session) offload(ctx context.Context, index int, e *entry) (store.Offloaded, error) {
+	if e.off != nil {
+		return *e.off, nil
+	}
+	cfg := &s.m.cfg
+	var expires time.Time
+	if cfg.OffloadRetention > 0 {
+		expires = cfg.Now().Add(cfg.OffloadRetention)
+	}
+	off, err := cfg.Store.Offload(ctx, s.id, offloadKey(index, e.orig.ToolCallID), fullText(&e.orig), expires)
+	if err != nil {
+		return off, s.m.storeErr("offload", err)
+	}
+	return off, nil
+}
+
+// offloadKey is a store-safe key for the result at history position index.
+func offloadKey(index int, callID string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%06d", index)
+	if callID != "" {
+		b.WriteByte('-')
+		for i := 0; i < len(callID) && b.Len() < 120; i++ {
+			c := callID[i]
+			if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' {
+				b.WriteByte(c)
+			} else {
+				b.WriteByte('_')
+			}
+		}
+	}
+	return b.String()
+}
+
+// regions returns the token counts of the request as it stands.
+func (s *Session) regions() budget.Regions {
+	return budget.Regions{System: s.sysTokens, Tools: s.toolTokens, Summary: s.summaryTokens, History: s.histTokens}
+}
+
+// window is the budget in force: the configured one, less what Recover gave up.
+func (s *Session) window() budget.Window {
+	w := s.m.cfg.Budget
+	if s.extraSlack > 0 {
+		w.SafetyMargin = (float64(w.MarginTokens()) + float64(s.extraSlack)) / float64(w.Window)
+	}
+	return w
+}
+
+func (s *Session) plan() budget.Plan {
+	return budget.Breakdown(s.window(), s.regions())
+}
+
+// live returns the views of the live history (entries[start:]).
+func (s *Session) live() []chat.Message {
+	out := make([]chat.Message, len(s.entries)-s.start)
+	for i := range out {
+		out[i] = s.entries[s.start+i].view
+	}
+	return out
+}
+
+// setView replaces an entry's view and keeps the token totals right.
+func (s *Session) setView(i int, v chat.Message, kind viewKind) {
+	e := &s.entries[i]
+	t := s.m.cfg.Counter.Message(&v)
+	if i >= s.start || i == s.pinned {
+		s.histTokens += t - e.tokens
+	}
+	e.view, e.tokens, e.kind = v, t, kind
+	s.epoch++
+}
+
+func textBytes(m *chat.Message) int {
+	n := 0
+	for _, p := range m.Content {
+		n += len(p.Text) + len(p.Raw)
+	}
+	return n
+}
+
+// OffloadedText is the text ctxmgr writes to the Store when it offloads a tool result: the one
+// text part itself, or the parts joined by newlines (images and files as placeholders). Tools
+// that check a store against a history (replay's lost count) compare with it.
+func OffloadedText(m *chat.Message) string { return fullText(m) }
+
+// fullText is the text of a message's parts as stored when offloaded.
+func fullText(m *chat.Message) string {
+	if len(m.Content) == 1 && m.Content[0].Type == chat.PartText {
+		return m.Content[0].Text
+	}
+	var b strings.Builder
+	for i, p := range m.Content {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		switch p.Type {
+		case chat.PartText, chat.PartReasoning:
+			b.WriteString(p.Text)
+		case chat.PartOther:
+			b.Write(p.Raw)
+		case chat.PartImage:
+			b.WriteString("[image]")
+		case chat.PartFile:
+			b.WriteString("[file]")
+		}
+	}
+	return b.String()
+}

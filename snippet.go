@@ -1,0 +1,164 @@
+package ctxmgr
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/store"
+)
+
+// The texts that replace tool results in context. Each keeps the reference an agent needs to
+// read the full result back: where it is, how many lines it has, from which line to go on.
+
+// snippetView replaces a tool result by its head and tail within capBytes, the notable lines
+// of the omitted middle (errors, failures, tracebacks: what an agent most often needs from a
+// long output), and a reference to the full text.
+func snippetView(orig *chat.Message, off store.Offloaded, capBytes int) chat.Message {
+	text := fullText(orig)
+	ref := func(shownHead, shownTailFrom int) string {
+		return fmt.Sprintf("\n[ctxmgr: tool result offloaded: %d bytes, %d lines in all; lines %d-%d omitted here but for the notable ones below. Full text: %s (read it from line %d to continue)]\n",
+			off.Bytes, off.Lines, shownHead+1, shownTailFrom-1, off.Location, shownHead+1)
+	}
+	budget := capBytes - len(ref(999999, 999999)) // room for the snippet itself
+	if budget < 64 {
+		budget = 64
+	}
+	// Notable lines come from the middle that a full-budget head and tail would omit; the
+	// head and tail then share what they leave. The smaller head and tail only widen the
+	// omitted middle, so the notable lines stay inside it.
+	head0, tail0 := headTail(text, budget*2/3, budget/3)
+	mid := ""
+	if tail0 != "" {
+		firstLine := strings.Count(head0, "\n") + 1
+		mid = notableLines(text[len(head0):len(text)-len(tail0)], firstLine, budget*15/100)
+	}
+	rest := budget - len(mid)
+	head, tail := headTail(text, rest*2/3, rest/3)
+	headLines := store.CountLines(head)
+	if head != "" && !strings.HasSuffix(head, "\n") {
+		headLines-- // a partial line is shown but not counted as read
+	}
+	tailFrom := off.Lines - store.CountLines(tail) + 1
+	if tail != "" && tailFrom <= headLines {
+		tailFrom = headLines + 1
+	}
+	return withText(orig, head+ref(max(headLines, 0), tailFrom)+mid+tail)
+}
+
+// notable are the (lower-case) markers of lines worth keeping from an omitted middle.
+var notable = []string{"error", "fail", "exception", "traceback", "panic", "fatal", "warning", "assert", "denied", "not found", "cannot", "undefined"}
+
+// maxNotableScan bounds the bytes of an omitted middle searched for notable lines, so that a
+// 50 MB result costs a bounded scan.
+const maxNotableScan = 4 << 20
+
+// notableLines returns up to budget bytes of the lines of mid that carry a notable marker,
+// each prefixed with its line number (firstLine is the number of mid's first line) and cut
+// to 240 bytes. Only the first maxNotableScan bytes of mid are searched.
+func notableLines(mid string, firstLine, budget int) string {
+	if len(mid) > maxNotableScan {
+		mid = mid[:maxNotableScan]
+	}
+	var b strings.Builder
+	line := firstLine
+	for len(mid) > 0 && b.Len() < budget {
+		end := strings.IndexByte(mid, '\n')
+		var l string
+		if end < 0 {
+			l, mid = mid, ""
+		} else {
+			l, mid = mid[:end], mid[end+1:]
+		}
+		if len(l) > 0 && hasNotable(l) {
+			if len(l) > 240 {
+				l = l[:runeStart(l, 240)] + "..."
+			}
+			entry := fmt.Sprintf("L%d: %s\n", line, l)
+			if b.Len()+len(entry) > budget {
+				break
+			}
+			b.WriteString(entry)
+		}
+		line++
+	}
+	if b.Len() == 0 {
+		return ""
+	}
+	return "[ctxmgr: notable omitted lines]\n" + b.String() + "[ctxmgr: end of notable lines]\n"
+}
+
+func hasNotable(l string) bool {
+	if len(l) > 4096 {
+		l = l[:4096]
+	}
+	low := strings.ToLower(l)
+	for _, k := range notable {
+		if strings.Contains(low, k) {
+			return true
+		}
+	}
+	return false
+}
+
+// stubView replaces a tool result by a one-line stub.
+func stubView(orig *chat.Message, off store.Offloaded, tokens int) chat.Message {
+	name := orig.Name
+	if name == "" {
+		name = "tool"
+	}
+	errNote := ""
+	if orig.IsError {
+		errNote = " (it reported an error)"
+	}
+	return withText(orig, fmt.Sprintf("[ctxmgr: old %s result masked%s: %d tokens, %d lines. Full text: %s (read lines 1-%d)]",
+		name, errNote, tokens, off.Lines, off.Location, off.Lines))
+}
+
+// withText returns a copy of m whose content is one text part; everything else (ids, name,
+// error flag, wire details) is kept.
+func withText(m *chat.Message, text string) chat.Message {
+	v := *m
+	part := chat.Part{Type: chat.PartText, Text: text}
+	if len(m.Content) > 0 && m.Content[0].Type == chat.PartText {
+		part.Extra = m.Content[0].Extra // keep cache_control and friends
+	}
+	v.Content = []chat.Part{part}
+	if v.Shape == chat.ShapeNull || v.Shape == chat.ShapeAbsent {
+		v.Shape = chat.ShapeAuto
+	}
+	return v
+}
+
+// headTail returns a head of at most h bytes and a tail of at most t bytes of s, cut at line
+// ends when one is near (within a quarter of the budget), else at a rune boundary. When s fits
+// in h+t it is returned whole as head.
+func headTail(s string, h, t int) (string, string) {
+	if len(s) <= h+t {
+		return s, ""
+	}
+	head := s[:runeStart(s, h)]
+	if i := strings.LastIndexByte(head, '\n'); i >= 0 && i >= len(head)-h/4 {
+		head = head[:i+1]
+	}
+	tail := s[runeStart(s, len(s)-t):]
+	if i := strings.IndexByte(tail, '\n'); i >= 0 && i < t/4 && i+1 < len(tail) {
+		tail = tail[i+1:]
+	}
+	return head, tail
+}
+
+// runeStart moves i back to the start of the rune that contains byte i.
+func runeStart(s string, i int) int {
+	if i >= len(s) {
+		return len(s)
+	}
+	if i <= 0 {
+		return 0
+	}
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return i
+}

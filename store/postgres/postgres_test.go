@@ -1,0 +1,334 @@
+package postgres_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/store"
+	"github.com/ctxmgr/ctxmgr/store/postgres"
+	"github.com/ctxmgr/ctxmgr/store/storetest"
+)
+
+// envURL names the database the tests use, e.g.
+// postgres://postgres@127.0.0.1:5432/test?sslmode=disable. Without it they skip.
+const envURL = "CTXMGR_TEST_POSTGRES"
+
+func testURL(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv(envURL)
+	if u == "" {
+		t.Skipf("PostgreSQL tests skipped: set %s to a database URL (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable) to run them", envURL)
+	}
+	return u
+}
+
+// newSchema returns a fresh schema name and drops the schema when the test ends.
+func newSchema(t testing.TB, url string) string {
+	t.Helper()
+	b := make([]byte, 6)
+	rand.Read(b)
+	schema := "ctxmgr_test_" + hex.EncodeToString(b)
+	t.Cleanup(func() { dropSchema(t, url, schema) })
+	return schema
+}
+
+func dropSchema(t testing.TB, url, schema string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Errorf("drop schema %s: %v", schema, err)
+		return
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
+		t.Errorf("drop schema %s: %v", schema, err)
+	}
+}
+
+func openSchema(t testing.TB, url, schema string, opts postgres.Options) *postgres.Store {
+	t.Helper()
+	opts.Schema = schema
+	s, err := postgres.Open(context.Background(), url, opts)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return s
+}
+
+// open opens a store on a fresh schema that the test drops at its end.
+func open(t testing.TB, opts postgres.Options) *postgres.Store {
+	t.Helper()
+	url := testURL(t)
+	s := openSchema(t, url, newSchema(t, url), opts)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	url := testURL(t)
+	storetest.RunReopen(t,
+		func(t *testing.T) store.Store {
+			return openSchema(t, url, newSchema(t, url), postgres.Options{})
+		},
+		func(t *testing.T, old store.Store) store.Store {
+			return openSchema(t, url, old.(*postgres.Store).Schema(), postgres.Options{})
+		})
+}
+
+func texts(prefix string, n int) []chat.Message {
+	out := make([]chat.Message, n)
+	for i := range out {
+		out[i] = chat.TextMessage(chat.RoleUser, fmt.Sprintf("%s %d", prefix, i))
+	}
+	return out
+}
+
+// fakeClock is a settable clock for Options.Now.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *fakeClock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = t
+}
+
+func TestSchema(t *testing.T) {
+	ctx := context.Background()
+	url := testURL(t)
+	schema := newSchema(t, url)
+	// Instances starting together migrate once.
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := postgres.Open(ctx, url, postgres.Options{Schema: schema})
+			if err != nil {
+				errs <- err
+				return
+			}
+			s.Close()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("concurrent Open: %v", err)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var rows, latest int
+	if err := conn.QueryRow(ctx, `SELECT COUNT(*), MAX(version) FROM `+pgx.Identifier{schema, "schema_migrations"}.Sanitize()).Scan(&rows, &latest); err != nil {
+		t.Fatal(err)
+	}
+	if rows != postgres.SchemaVersion() || latest != postgres.SchemaVersion() {
+		t.Fatalf("schema_migrations: %d rows, latest %d; want %d", rows, latest, postgres.SchemaVersion())
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO `+pgx.Identifier{schema, "schema_migrations"}.Sanitize()+` (version, applied) VALUES ($1, now())`, postgres.SchemaVersion()+1); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := postgres.Open(ctx, url, postgres.Options{Schema: schema}); err == nil {
+		s.Close()
+		t.Fatal("Open of a database with a newer schema succeeded")
+	}
+	if _, err := postgres.Open(ctx, url, postgres.Options{Schema: "Bad-Name"}); err == nil {
+		t.Fatal("Open with an invalid schema name succeeded")
+	}
+}
+
+func TestLocationHasNoPassword(t *testing.T) {
+	ctx := context.Background()
+	url := testURL(t)
+	s := open(t, postgres.Options{})
+	o, err := s.Offload(ctx, "loc", "call_1", "x", time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	loc := string(o.Location)
+	if !strings.HasPrefix(loc, "postgres://") || !strings.HasSuffix(loc, "#loc/tool_result/call_1") || strings.Contains(loc, "@") {
+		t.Fatalf("location %q", loc)
+	}
+	// With a password in the URL, the location still carries none.
+	withPass := strings.Replace(url, "postgres://postgres@", "postgres://postgres:s3cret@", 1)
+	if withPass != url {
+		schema := newSchema(t, url)
+		s2, err := postgres.Open(ctx, withPass, postgres.Options{Schema: schema})
+		if err != nil {
+			t.Fatalf("Open with a password: %v", err)
+		}
+		defer s2.Close()
+		loc, err := s2.Archive(ctx, "loc", 0, texts("x", 1))
+		if err != nil || strings.Contains(string(loc), "s3cret") || strings.Contains(string(loc), "postgres@") {
+			t.Fatalf("location %q, %v", loc, err)
+		}
+	}
+}
+
+func TestPruneAndEvents(t *testing.T) {
+	ctx := context.Background()
+	clock := &fakeClock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	s := open(t, postgres.Options{Now: clock.Now})
+	if err := s.Append(ctx, "old", 0, texts("old", 3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutSummary(ctx, "old", store.Summary{Version: 1, Text: "s"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Archive(ctx, "old", 0, texts("old", 2)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Offload(ctx, "old", "k", "text", time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutState(ctx, "old", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AppendEvent(ctx, "old", "compact", []byte(`{"n":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutConfig(ctx, "old", "gpt-4o", []byte(`{"window":128000}`)); err != nil {
+		t.Fatal(err)
+	}
+	clock.Set(time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC))
+	if err := s.Append(ctx, "new", 0, texts("new", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AppendEvent(ctx, "new", "append", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AppendEvent(ctx, "new", "prepare", []byte(`{"tokens":5}`)); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := s.Events(ctx, "new")
+	if err != nil || len(evs) != 2 || evs[0].Kind != "append" || evs[1].Kind != "prepare" || string(evs[1].Body) != `{"tokens":5}` {
+		t.Fatalf("Events: %+v, %v", evs, err)
+	}
+	if model, cfg, err := s.Config(ctx, "old"); err != nil || model != "gpt-4o" || string(cfg) != `{"window":128000}` {
+		t.Fatalf("Config: %q, %q, %v", model, cfg, err)
+	}
+
+	cut := time.Date(2025, 2, 1, 0, 0, 0, 0, time.UTC)
+	dry, err := s.Prune(ctx, cut, true)
+	if err != nil || len(dry) != 1 || dry[0].ID != "old" || dry[0].Messages != 3 || dry[0].Summary != 1 {
+		t.Fatalf("Prune dry run: %+v, %v", dry, err)
+	}
+	if infos, _ := s.Sessions(ctx); len(infos) != 2 {
+		t.Fatalf("dry run deleted something: %+v", infos)
+	}
+	got, err := s.Prune(ctx, cut, false)
+	if err != nil || len(got) != 1 || got[0].ID != "old" || got[0].Messages != 3 {
+		t.Fatalf("Prune: %+v, %v", got, err)
+	}
+	infos, err := s.Sessions(ctx)
+	if err != nil || len(infos) != 1 || infos[0].ID != "new" {
+		t.Fatalf("Sessions after Prune: %+v, %v", infos, err)
+	}
+	if m, _ := s.Messages(ctx, "old", 0, -1); len(m) != 0 {
+		t.Fatalf("pruned session still has %d messages", len(m))
+	}
+	if a, _ := s.ReadArchive(ctx, "old", 0, -1); len(a) != 0 {
+		t.Fatalf("pruned session still has %d archived", len(a))
+	}
+	if _, _, err := s.ReadOffload(ctx, "old", "k", 1, 0); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("pruned offload: %v", err)
+	}
+	if evs, _ := s.Events(ctx, "old"); len(evs) != 0 {
+		t.Fatalf("pruned session still has %d events", len(evs))
+	}
+	if err := s.Append(ctx, "old", 0, texts("again", 1)); err != nil {
+		t.Fatalf("Append to a pruned id: %v", err)
+	}
+	if got, err := s.Prune(ctx, cut, false); err != nil || len(got) != 0 {
+		t.Fatalf("Prune again: %+v, %v", got, err)
+	}
+}
+
+// TestSortOrder checks that ids sort as bytes whatever the database's collation.
+func TestSortOrder(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, postgres.Options{})
+	ids := []string{"B", "a", "a-b", "a_b", "a.b", "A", "_x", "1"}
+	for _, id := range ids {
+		if err := s.Append(ctx, id, 0, texts(id, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	infos, err := s.Sessions(ctx)
+	if err != nil || len(infos) != len(ids) {
+		t.Fatalf("Sessions: %+v, %v", infos, err)
+	}
+	for i := 1; i < len(infos); i++ {
+		if infos[i-1].ID >= infos[i].ID {
+			t.Fatalf("Sessions not in byte order: %q before %q", infos[i-1].ID, infos[i].ID)
+		}
+	}
+}
+
+// TestExpiryClock checks that ReadOffload and Offload judge expiry by the store's clock.
+func TestExpiryClock(t *testing.T) {
+	ctx := context.Background()
+	start := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := &fakeClock{now: start}
+	s := open(t, postgres.Options{Now: clock.Now})
+	exp := start.Add(5 * 24 * time.Hour)
+	if _, err := s.Offload(ctx, "e", "k", "first\n", exp); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := s.Offload(ctx, "e", "k", "other\n", time.Time{}); err != nil || o.Bytes != 6 || !o.Expires.Equal(exp) {
+		t.Fatalf("Offload again: %+v, %v", o, err)
+	}
+	clock.Set(exp.Add(time.Nanosecond))
+	if _, _, err := s.ReadOffload(ctx, "e", "k", 1, 0); !errors.Is(err, store.ErrExpired) {
+		t.Fatalf("ReadOffload after expiry: %v, want ErrExpired", err)
+	}
+	if o, err := s.Offload(ctx, "e", "k", "second\n", time.Time{}); err != nil || o.Bytes != 7 || !o.Expires.IsZero() {
+		t.Fatalf("Offload over an expired result: %+v, %v", o, err)
+	}
+	if text, _, err := s.ReadOffload(ctx, "e", "k", 1, 0); err != nil || text != "second\n" {
+		t.Fatalf("ReadOffload: %q, %v", text, err)
+	}
+}
+
+// TestNULAndInvalidUTF8 stores what TEXT columns could not hold.
+func TestNULAndInvalidUTF8(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, postgres.Options{})
+	odd := "nul \x00 and invalid \xff\xfe utf-8\n"
+	if _, err := s.Offload(ctx, "odd", "k", odd, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if text, _, err := s.ReadOffload(ctx, "odd", "k", 1, 0); err != nil || text != odd {
+		t.Fatalf("ReadOffload: %q, %v", text, err)
+	}
+	m := chat.TextMessage(chat.RoleUser, "x")
+	m.Extra = map[string]json.RawMessage{"raw": json.RawMessage("\"\xff\"")}
+	if err := s.Append(ctx, "odd", 0, []chat.Message{m}); err != nil {
+		t.Fatalf("Append with invalid UTF-8 in raw JSON: %v", err)
+	}
+	got, err := s.Messages(ctx, "odd", 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	storetest.EqualMessages(t, "Messages", got, storetest.RoundTrip(t, []chat.Message{m}))
+}

@@ -1,0 +1,15 @@
+package sqlite_test
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/ctxmgr/ctxmgr/store/sqlite"
+	"github.com/ctxmgr/ctxmgr/store/storetest"
+)
+
+// BenchmarkLoadPrepare measures what a restarted service pays for the first request of a
+// 2,000-message session: LoadSession and then Prepare (storetest.BenchLoadPrepare).
+func BenchmarkLoadPrepare(b *testing.B) {
+	storetest.BenchLoadPrepare(b, open(b, filepath.Join(b.TempDir(), "ctxmgr.db"), sqlite.Options{}))
+}

@@ -1,0 +1,268 @@
+package sqlite_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/store"
+	"github.com/ctxmgr/ctxmgr/store/sqlite"
+	"github.com/ctxmgr/ctxmgr/store/storetest"
+)
+
+func open(t testing.TB, path string, opts sqlite.Options) *sqlite.Store {
+	t.Helper()
+	s, err := sqlite.Open(path, opts)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	storetest.RunReopen(t,
+		func(t *testing.T) store.Store {
+			s, err := sqlite.Open(filepath.Join(t.TempDir(), "ctxmgr.db"), sqlite.Options{})
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			return s
+		},
+		func(t *testing.T, old store.Store) store.Store {
+			s, err := sqlite.Open(old.(*sqlite.Store).Path(), sqlite.Options{})
+			if err != nil {
+				t.Fatalf("reopen: %v", err)
+			}
+			return s
+		})
+}
+
+// fakeClock is a settable clock for Options.Now.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *fakeClock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = t
+}
+
+func texts(prefix string, n int) []chat.Message {
+	out := make([]chat.Message, n)
+	for i := range out {
+		out[i] = chat.TextMessage(chat.RoleUser, fmt.Sprintf("%s %d", prefix, i))
+	}
+	return out
+}
+
+func TestSchema(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "db", "ctxmgr.db")
+	s := open(t, path, sqlite.Options{})
+	s.Close()
+	s = open(t, path, sqlite.Options{}) // migrations are not applied twice
+	s.Close()
+
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("database file mode %v, want 0600", fi.Mode().Perm())
+	}
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var versions, latest int
+	if err := db.QueryRow(`SELECT COUNT(*), MAX(version) FROM schema_migrations`).Scan(&versions, &latest); err != nil {
+		t.Fatal(err)
+	}
+	if versions != sqlite.SchemaVersion() || latest != sqlite.SchemaVersion() {
+		t.Fatalf("schema_migrations: %d rows, latest %d; want %d", versions, latest, sqlite.SchemaVersion())
+	}
+	var mode string
+	if err := db.QueryRow(`PRAGMA journal_mode`).Scan(&mode); err != nil || mode != "wal" {
+		t.Fatalf("journal_mode %q, %v; want wal", mode, err)
+	}
+	for _, table := range []string{"sessions", "messages", "summaries", "archive", "offloads", "events"} {
+		var n int
+		if err := db.QueryRow(`SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?`, table).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("table %s: %d, %v", table, n, err)
+		}
+	}
+	// A database from a newer program is refused rather than misread.
+	if _, err := db.Exec(`INSERT INTO schema_migrations (version, applied) VALUES (?, 0)`, sqlite.SchemaVersion()+1); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := sqlite.Open(path, sqlite.Options{}); err == nil {
+		s.Close()
+		t.Fatal("Open of a database with a newer schema succeeded")
+	}
+}
+
+func TestRowsAndHash(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ctxmgr.db")
+	s := open(t, path, sqlite.Options{})
+	msgs := storetest.Kinds()[:4]
+	if err := s.Append(ctx, "h", 0, msgs); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rows, err := db.Query(`SELECT pos, hash FROM messages WHERE session = 'h' ORDER BY pos`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	i := 0
+	for rows.Next() {
+		var pos int
+		var hash []byte
+		if err := rows.Scan(&pos, &hash); err != nil {
+			t.Fatal(err)
+		}
+		want := msgs[i].Hash()
+		if pos != i || string(hash) != string(want[:]) {
+			t.Fatalf("row %d: pos %d, hash %x; want %d, %x", i, pos, hash, i, want)
+		}
+		i++
+	}
+	if i != len(msgs) {
+		t.Fatalf("%d rows, want %d", i, len(msgs))
+	}
+	loc, err := s.Archive(ctx, "h", 0, msgs[:1])
+	if err != nil || string(loc) != "sqlite:"+s.Path()+"#h/dialog" {
+		t.Fatalf("Archive location %q, %v", loc, err)
+	}
+	o, err := s.Offload(ctx, "h", "call_1", "x", time.Time{})
+	if err != nil || string(o.Location) != "sqlite:"+s.Path()+"#h/tool_result/call_1" {
+		t.Fatalf("Offload location %q, %v", o.Location, err)
+	}
+}
+
+func TestPruneAndEvents(t *testing.T) {
+	ctx := context.Background()
+	clock := &fakeClock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	s := open(t, filepath.Join(t.TempDir(), "ctxmgr.db"), sqlite.Options{Now: clock.Now})
+	if err := s.Append(ctx, "old", 0, texts("old", 3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutSummary(ctx, "old", store.Summary{Version: 1, Text: "s"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Archive(ctx, "old", 0, texts("old", 2)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Offload(ctx, "old", "k", "text", time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutState(ctx, "old", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AppendEvent(ctx, "old", "compact", []byte(`{"n":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutConfig(ctx, "old", "gpt-4o", []byte(`{"window":128000}`)); err != nil {
+		t.Fatal(err)
+	}
+	clock.Set(time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC))
+	if err := s.Append(ctx, "new", 0, texts("new", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AppendEvent(ctx, "new", "append", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AppendEvent(ctx, "new", "prepare", []byte(`{"tokens":5}`)); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := s.Events(ctx, "new")
+	if err != nil || len(evs) != 2 || evs[0].Kind != "append" || evs[1].Kind != "prepare" || string(evs[1].Body) != `{"tokens":5}` {
+		t.Fatalf("Events: %+v, %v", evs, err)
+	}
+	if model, cfg, err := s.Config(ctx, "old"); err != nil || model != "gpt-4o" || string(cfg) != `{"window":128000}` {
+		t.Fatalf("Config: %q, %q, %v", model, cfg, err)
+	}
+
+	cut := time.Date(2025, 2, 1, 0, 0, 0, 0, time.UTC)
+	dry, err := s.Prune(ctx, cut, true)
+	if err != nil || len(dry) != 1 || dry[0].ID != "old" || dry[0].Messages != 3 || dry[0].Summary != 1 {
+		t.Fatalf("Prune dry run: %+v, %v", dry, err)
+	}
+	if infos, _ := s.Sessions(ctx); len(infos) != 2 {
+		t.Fatalf("dry run deleted something: %+v", infos)
+	}
+	got, err := s.Prune(ctx, cut, false)
+	if err != nil || len(got) != 1 || got[0].ID != "old" {
+		t.Fatalf("Prune: %+v, %v", got, err)
+	}
+	infos, err := s.Sessions(ctx)
+	if err != nil || len(infos) != 1 || infos[0].ID != "new" {
+		t.Fatalf("Sessions after Prune: %+v, %v", infos, err)
+	}
+	if m, _ := s.Messages(ctx, "old", 0, -1); len(m) != 0 {
+		t.Fatalf("pruned session still has %d messages", len(m))
+	}
+	if a, _ := s.ReadArchive(ctx, "old", 0, -1); len(a) != 0 {
+		t.Fatalf("pruned session still has %d archived", len(a))
+	}
+	if _, _, err := s.ReadOffload(ctx, "old", "k", 1, 0); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("pruned offload: %v", err)
+	}
+	if evs, _ := s.Events(ctx, "old"); len(evs) != 0 {
+		t.Fatalf("pruned session still has %d events", len(evs))
+	}
+	// A pruned id starts afresh.
+	if err := s.Append(ctx, "old", 0, texts("again", 1)); err != nil {
+		t.Fatalf("Append to a pruned id: %v", err)
+	}
+	if got, err := s.Prune(ctx, cut, false); err != nil || len(got) != 0 {
+		t.Fatalf("Prune again: %+v, %v", got, err)
+	}
+}
+
+// TestExpiryClock checks that ReadOffload and Offload judge expiry by the store's clock.
+func TestExpiryClock(t *testing.T) {
+	ctx := context.Background()
+	start := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := &fakeClock{now: start}
+	s := open(t, filepath.Join(t.TempDir(), "ctxmgr.db"), sqlite.Options{Now: clock.Now})
+	exp := start.Add(5 * 24 * time.Hour)
+	if _, err := s.Offload(ctx, "e", "k", "first\n", exp); err != nil {
+		t.Fatal(err)
+	}
+	if text, _, err := s.ReadOffload(ctx, "e", "k", 1, 0); err != nil || text != "first\n" {
+		t.Fatalf("ReadOffload: %q, %v", text, err)
+	}
+	clock.Set(exp.Add(time.Nanosecond))
+	if _, _, err := s.ReadOffload(ctx, "e", "k", 1, 0); !errors.Is(err, store.ErrExpired) {
+		t.Fatalf("ReadOffload after expiry: %v, want ErrExpired", err)
+	}
+	if o, err := s.Offload(ctx, "e", "k", "second\n", time.Time{}); err != nil || o.Bytes != 7 || !o.Expires.IsZero() {
+		t.Fatalf("Offload over an expired result: %+v, %v", o, err)
+	}
+	if n, err := s.Cleanup(ctx, clock.Now()); err != nil || n != 0 {
+		t.Fatalf("Cleanup: %d, %v", n, err)
+	}
+}
+
+// TestTwoStores runs two Store values on one file, as two processes would.
+func TestTwoStores(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ctxmgr.db")
+	storetest.RunTwoHandles(t, open(t, path, sqlite.Options{}), open(t, path, sqlite.Options{}))
+}

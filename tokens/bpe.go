@@ -1,0 +1,174 @@
+package tokens
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/ctxmgr/ctxmgr/chat"
+	tiktoken "github.com/pkoukk/tiktoken-go"
+	tiktokenloader "github.com/pkoukk/tiktoken-go-loader"
+)
+
+// Encoding names.
+const (
+	O200kBase  = "o200k_base"
+	CL100kBase = "cl100k_base"
+)
+
+// The exact counters use github.com/pkoukk/tiktoken-go with the vocabularies embedded by
+// github.com/pkoukk/tiktoken-go-loader. That library keeps its vocabulary loader in a
+// package-level variable; installOfflineLoader sets it once, the first time one of our
+// constructors runs, so that nothing is ever downloaded. (A program that sets another loader
+// itself after that would change it for us too; nothing in ctxmgr does.)
+var installOfflineLoader = sync.OnceFunc(func() {
+	tiktoken.SetBpeLoader(tiktokenloader.NewOfflineLoader())
+})
+
+// One encoder per encoding, built on first use (about 0.3 s and some tens of MB each) and
+// read-only afterwards: a *tiktoken.Tiktoken is safe for concurrent encoding.
+var encoders = map[string]func() (*tiktoken.Tiktoken, error){
+	O200kBase:  sync.OnceValues(func() (*tiktoken.Tiktoken, error) { return loadEncoding(O200kBase) }),
+	CL100kBase: sync.OnceValues(func() (*tiktoken.Tiktoken, error) { return loadEncoding(CL100kBase) }),
+}
+
+func loadEncoding(name string) (*tiktoken.Tiktoken, error) {
+	installOfflineLoader()
+	enc, err := tiktoken.GetEncoding(name)
+	if err != nil {
+		return nil, fmt.Errorf("tokens: loading %s: %w", name, err)
+	}
+	return enc, nil
+}
+
+// Encodings lists the encodings ForEncoding accepts.
+func Encodings() []string { return []string{O200kBase, CL100kBase} }
+
+// ForEncoding returns the exact counter of an OpenAI encoding ("o200k_base" or "cl100k_base")
+// with the default Options. Other names fail with ErrUnknownEncoding.
+func ForEncoding(name string) (Counter, error) {
+	return ForEncodingOptions(name, Options{})
+}
+
+// ForEncodingOptions is ForEncoding with Options (the image rule).
+func ForEncodingOptions(name string, opts Options) (Counter, error) {
+	load, ok := encoders[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q (known: %s)", ErrUnknownEncoding, name, strings.Join(Encodings(), ", "))
+	}
+	enc, err := load()
+	if err != nil {
+		return nil, err
+	}
+	c := &bpeCounter{name: name, enc: enc}
+	c.f = framer{text: c.Text, opts: opts}
+	return c, nil
+}
+
+// ForModel returns the exact counter of an OpenAI model's encoding (see EncodingForModel) with
+// the default Options. Models without a known encoding fail with ErrUnknownModel.
+func ForModel(model string) (Counter, error) {
+	return ForModelOptions(model, Options{})
+}
+
+// ForModelOptions is ForModel with Options (the image rule).
+func ForModelOptions(model string, opts Options) (Counter, error) {
+	enc, ok := EncodingForModel(model)
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownModel, model)
+	}
+	return ForEncodingOptions(enc, opts)
+}
+
+// bpeCounter is the exact counter of one encoding.
+type bpeCounter struct {
+	name string
+	enc  *tiktoken.Tiktoken
+	f    framer
+}
+
+func (c *bpeCounter) Name() string                      { return c.name }
+func (c *bpeCounter) Message(m *chat.Message) int       { return c.f.message(m) }
+func (c *bpeCounter) Tools(tools []chat.Tool) int       { return c.f.tools(tools) }
+func (c *bpeCounter) Request(r *chat.Request) Breakdown { return request(c, r) }
+
+// Text returns the exact token count of s. Special-token strings are ordinary text.
+func (c *bpeCounter) Text(s string) int {
+	if s == "" {
+		return 0
+	}
+	n := 0
+	cutLongRuns(s, maxPieceBytes, func(seg string) {
+		n += len(c.enc.EncodeOrdinary(seg))
+	})
+	return n
+}
+
+// maxPieceBytes bounds the length of a run of one character class that is handed to the
+// encoder whole. BPE merging as the library implements it is quadratic in the length of a
+// pre-tokenized piece (30 000 bytes of "ab" take 4 s, a megabyte would take over an hour), and
+// a piece is at most one such run plus a few bytes, so longer runs are cut into slices of this
+// size and the slices are counted apart: a megabyte of the worst cases then takes about half a
+// second, against a third of a second for a megabyte of ordinary text. Natural text has no
+// such runs (the golden file has none, its longest is far shorter); base64 blobs of zeros,
+// separator lines and space padding do. A cut only prevents merges across it, so the sliced
+// count errs high, by at most about a token a slice (under 1%; exact for runs of spaces,
+// newlines, "=" or CJK): the tests check letters, punctuation, spaces, newlines, CJK and
+// random letters against an independent heap-based BPE.
+const maxPieceBytes = 512
+
+const classNumber = 2
+
+// runClass is the character class that pre-tokenization never splits within a run.
+func runClass(r rune) uint8 {
+	switch {
+	case r < utf8.RuneSelf:
+		switch {
+		case r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z':
+			return 1
+		case r >= '0' && r <= '9':
+			return classNumber
+		case r == ' ' || r == '\t' || r == '\n' || r == '\r' || r == '\v' || r == '\f':
+			return 3
+		}
+		return 4
+	case unicode.IsLetter(r) || unicode.IsMark(r):
+		return 1
+	case unicode.IsNumber(r):
+		return classNumber
+	case unicode.IsSpace(r):
+		return 3
+	}
+	return 4
+}
+
+// cutLongRuns calls fn with consecutive slices of s whose concatenation is s: s whole unless it
+// has a run of one class longer than limit bytes, in which case such runs are cut every limit
+// bytes (at rune boundaries). It returns the number of cuts.
+func cutLongRuns(s string, limit int, fn func(string)) int {
+	if len(s) <= limit {
+		fn(s)
+		return 0
+	}
+	cuts := 0
+	start := 0    // start of the current slice
+	runStart := 0 // start of the current run, or of its part after the last cut
+	var cls uint8
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		c := runClass(r)
+		if c != cls || c == classNumber {
+			// Numbers are pre-tokenized in groups of at most three digits: never cut.
+			cls, runStart = c, i
+		} else if i-runStart >= limit {
+			fn(s[start:i])
+			cuts++
+			start, runStart = i, i
+		}
+		i += size
+	}
+	fn(s[start:])
+	return cuts
+}

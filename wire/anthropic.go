@@ -1,0 +1,651 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	"github.com/ctxmgr/ctxmgr/chat"
+)
+
+// DecodeAnthropic decodes an Anthropic messages request body. The top-level system field
+// becomes one system message in Request.System. A user message's tool_result blocks become
+// RoleTool messages of their own (in order, each marked JoinPrev after the first piece), so that
+// the neutral history has one message per tool result whatever the format.
+func DecodeAnthropic(body []byte) (*chat.Request, error) {
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 {
+		return nil, malformed(-1, "", fmt.Errorf("empty body"))
+	}
+	top, err := splitObject(body)
+	if err != nil {
+		return nil, malformed(-1, "", err)
+	}
+	r := &chat.Request{Wire: string(Anthropic)}
+	if sys, ok := top["system"]; ok {
+		delete(top, "system")
+		if err := checkText(-1, "system", sys); err != nil {
+			return nil, err
+		}
+		m := chat.Message{Role: chat.RoleSystem, Wire: string(Anthropic)}
+		if err := decodeAnthropicContent(&m, sys, -1, "system"); err != nil {
+			return nil, err
+		}
+		r.SystemShape = m.Shape
+		r.System = []chat.Message{m}
+	}
+	var rawTools []json.RawMessage
+	if _, err := take(top, "tools", &rawTools); err != nil {
+		return nil, malformed(-1, "tools", err)
+	}
+	for i, t := range rawTools {
+		tool, err := decodeAnthropicTool(t)
+		if err != nil {
+			return nil, malformed(-1, fmt.Sprintf("tools[%d]", i), err)
+		}
+		r.Tools = append(r.Tools, tool)
+	}
+	var rawMsgs []json.RawMessage
+	if _, err := take(top, "messages", &rawMsgs); err != nil {
+		return nil, malformed(-1, "messages", err)
+	}
+	names := map[string]string{} // tool_use id -> tool name, to name results
+	for i, raw := range rawMsgs {
+		ms, err := decodeAnthropicMessage(i, raw, names)
+		if err != nil {
+			return nil, err
+		}
+		r.Messages = append(r.Messages, ms...)
+	}
+	r.Extra = extras(top)
+	return r, nil
+}
+
+func decodeAnthropicMessage(i int, raw json.RawMessage, names map[string]string) ([]chat.Message, error) {
+	if err := checkText(i, "", raw); err != nil {
+		return nil, err
+	}
+	o, err := splitObject(raw)
+	if err != nil {
+		return nil, malformed(i, "", err)
+	}
+	role, err := takeString(o, "role")
+	if err != nil {
+		return nil, malformed(i, "role", err)
+	}
+	if role != "user" && role != "assistant" {
+		return nil, &chat.Error{Index: i, Field: "role", Err: chat.ErrUnknownRole, Detail: fmt.Sprintf("%q (Anthropic messages take user or assistant)", role)}
+	}
+	content, ok := o["content"]
+	delete(o, "content")
+	base := chat.Message{Role: chat.Role(role), Wire: string(Anthropic), Extra: extras(o)}
+	if !ok {
+		base.Shape = chat.ShapeAbsent
+		return []chat.Message{base}, nil
+	}
+	if isString(content) || isNull(content) {
+		if err := decodeAnthropicContent(&base, content, i, "content"); err != nil {
+			return nil, err
+		}
+		return []chat.Message{base}, nil
+	}
+	var blocks []json.RawMessage
+	if err := json.Unmarshal(content, &blocks); err != nil {
+		return nil, malformed(i, "content", err)
+	}
+	base.Shape = chat.ShapeParts
+	var out []chat.Message
+	cur := base
+	cur.Content = nil
+	open := false // cur holds something not yet flushed
+	flush := func() {
+		if open {
+			if len(out) > 0 {
+				cur.JoinPrev = true
+				cur.Extra = nil // message-level extras live on the first piece
+			}
+			out = append(out, cur)
+		}
+		cur = chat.Message{Role: base.Role, Wire: base.Wire, Shape: chat.ShapeParts}
+		open = false
+	}
+	for j, b := range blocks {
+		field := fmt.Sprintf("content[%d]", j)
+		bo, err := splitObject(b)
+		if err != nil {
+			return nil, malformed(i, field, err)
+		}
+		var typ string
+		_ = json.Unmarshal(bo["type"], &typ)
+		switch {
+		case typ == "tool_result" && role == "user":
+			flush()
+			tm, err := decodeToolResult(bo, names)
+			if err != nil {
+				return nil, malformed(i, field, err)
+			}
+			if len(out) > 0 {
+				tm.JoinPrev = true
+			} else if len(base.Extra) > 0 {
+				if tm.Extra == nil {
+					tm.Extra = map[string]json.RawMessage{}
+				}
+				for k, v := range base.Extra {
+					tm.Extra[k] = v
+				}
+			}
+			out = append(out, tm)
+		case typ == "tool_use" && role == "assistant":
+			tc, err := decodeToolUse(bo)
+			if err != nil {
+				return nil, malformed(i, field, err)
+			}
+			names[tc.ID] = tc.Name
+			cur.ToolCalls = append(cur.ToolCalls, tc)
+			open = true
+		default:
+			p, err := decodeAnthropicBlock(b, bo)
+			if err != nil {
+				return nil, malformed(i, field, err)
+			}
+			if len(cur.ToolCalls) > 0 {
+				// Keep block order: a block after tool_use starts a joined message.
+				flush()
+			}
+			cur.Content = append(cur.Content, p)
+			open = true
+		}
+	}
+	if open || len(out) == 0 {
+		open = true
+		flush()
+	}
+	return out, nil
+}
+
+func decodeAnthropicContent(m *chat.Message, raw json.RawMessage, i int, field string) error {
+	switch {
+	case isNull(raw):
+		m.Shape = chat.ShapeNull
+		return nil
+	case isString(raw):
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return malformed(i, field, err)
+		}
+		m.Shape = chat.ShapeString
+		m.Content = []chat.Part{{Type: chat.PartText, Text: s}}
+		return nil
+	}
+	var blocks []json.RawMessage
+	if err := json.Unmarshal(raw, &blocks); err != nil {
+		return malformed(i, field, err)
+	}
+	m.Shape = chat.ShapeParts
+	m.Content = make([]chat.Part, 0, len(blocks))
+	for j, b := range blocks {
+		bo, err := splitObject(b)
+		if err != nil {
+			return malformed(i, fmt.Sprintf("%s[%d]", field, j), err)
+		}
+		p, err := decodeAnthropicBlock(b, bo)
+		if err != nil {
+			return malformed(i, fmt.Sprintf("%s[%d]", field, j), err)
+		}
+		m.Content = append(m.Content, p)
+	}
+	return nil
+}
+
+func decodeToolResult(o object, names map[string]string) (chat.Message, error) {
+	delete(o, "type")
+	m := chat.Message{Role: chat.RoleTool, Wire: string(Anthropic)}
+	var err error
+	if m.ToolCallID, err = takeString(o, "tool_use_id"); err != nil {
+		return m, err
+	}
+	m.Name = names[m.ToolCallID]
+	if raw, ok := o["is_error"]; ok {
+		var b bool
+		if err := json.Unmarshal(raw, &b); err != nil {
+			return m, fmt.Errorf("is_error: %w", err)
+		}
+		if b {
+			delete(o, "is_error")
+			m.IsError = true
+		}
+	}
+	content, ok := o["content"]
+	delete(o, "content")
+	if !ok {
+		m.Shape = chat.ShapeAbsent
+	} else if err := decodeAnthropicContent(&m, content, -1, "content"); err != nil {
+		return m, err
+	}
+	if len(o) > 0 {
+		// Block-level fields (cache_control, an explicit is_error:false) ride on the message.
+		m.Extra = map[string]json.RawMessage{"block.": mustJSON(o)}
+	}
+	return m, nil
+}
+
+func decodeToolUse(o object) (chat.ToolCall, error) {
+	delete(o, "type")
+	var tc chat.ToolCall
+	var err error
+	if tc.ID, err = takeString(o, "id"); err != nil {
+		return tc, err
+	}
+	if tc.Name, err = takeString(o, "name"); err != nil {
+		return tc, err
+	}
+	if in, ok := o["input"]; ok {
+		delete(o, "input")
+		tc.Arguments = string(in)
+	}
+	tc.Extra = extras(o)
+	return tc, nil
+}
+
+func decodeAnthropicBlock(raw json.RawMessage, o object) (chat.Part, error) {
+	var typ string
+	_ = json.Unmarshal(o["type"], &typ)
+	other := chat.Part{Type: chat.PartOther, Raw: append(json.RawMessage(nil), raw...)}
+	switch typ {
+	case "text":
+		var t *string
+		if json.Unmarshal(o["text"], &t) != nil || t == nil {
+			return other, nil
+		}
+		delete(o, "type")
+		delete(o, "text")
+		return chat.Part{Type: chat.PartText, Text: *t, Extra: extras(o)}, nil
+	case "thinking":
+		var t struct {
+			Thinking  *string `json:"thinking"`
+			Signature *string `json:"signature"`
+		}
+		if json.Unmarshal(raw, &t) != nil || t.Thinking == nil {
+			return other, nil
+		}
+		delete(o, "type")
+		delete(o, "thinking")
+		p := chat.Part{Type: chat.PartReasoning, Text: *t.Thinking}
+		if t.Signature != nil {
+			delete(o, "signature")
+			p.Signature = *t.Signature
+			if p.Signature == "" {
+				return other, nil
+			}
+		}
+		p.Extra = extras(o)
+		return p, nil
+	case "redacted_thinking":
+		var t struct {
+			Data *string `json:"data"`
+		}
+		if json.Unmarshal(raw, &t) != nil || t.Data == nil || *t.Data == "" {
+			return other, nil
+		}
+		delete(o, "type")
+		delete(o, "data")
+		return chat.Part{Type: chat.PartReasoning, Redacted: *t.Data, Extra: extras(o)}, nil
+	case "image":
+		src, err := splitObject(o["source"])
+		if err != nil {
+			return other, nil
+		}
+		var s struct {
+			Type      string `json:"type"`
+			MediaType string `json:"media_type"`
+			Data      string `json:"data"`
+			URL       string `json:"url"`
+		}
+		if json.Unmarshal(o["source"], &s) != nil {
+			return other, nil
+		}
+		img := &chat.Image{}
+		switch {
+		case s.Type == "base64" && len(src) == 3 && s.Data != "" && s.MediaType != "":
+			img.MediaType, img.Data = s.MediaType, s.Data
+			img.Width, img.Height = imageSize(s.Data)
+		case s.Type == "url" && len(src) == 2 && s.URL != "":
+			img.URL = s.URL
+		default:
+			return other, nil
+		}
+		delete(o, "type")
+		delete(o, "source")
+		return chat.Part{Type: chat.PartImage, Image: img, Extra: extras(o)}, nil
+	}
+	return other, nil
+}
+
+func decodeAnthropicTool(raw json.RawMessage) (chat.Tool, error) {
+	o, err := splitObject(raw)
+	if err != nil {
+		return chat.Tool{}, err
+	}
+	var typ string
+	_ = json.Unmarshal(o["type"], &typ)
+	if (typ != "" && typ != "custom") || o["input_schema"] == nil {
+		return chat.Tool{Raw: append(json.RawMessage(nil), raw...), Name: toolRawName(o)}, nil
+	}
+	var t chat.Tool
+	if t.Name, err = takeString(o, "name"); err != nil {
+		return t, err
+	}
+	if _, ok := o["description"]; ok {
+		if t.Description, err = takeString(o, "description"); err != nil {
+			return t, err
+		}
+		if t.Description == "" {
+			o["description"] = json.RawMessage(`""`)
+		}
+	}
+	t.Parameters = append(json.RawMessage(nil), o["input_schema"]...)
+	delete(o, "input_schema")
+	t.Extra = extras(o)
+	return t, nil
+}
+
+// EncodeAnthropic encodes a request as an Anthropic messages body. System messages (leading and
+// any later ones) go to the top-level system field; runs of tool results become tool_result
+// blocks of one user message.
+func EncodeAnthropic(r *chat.Request) ([]byte, error) {
+	top := withExtras(r.Wire, Anthropic, r.Extra)
+	var sys []chat.Part
+	for _, m := range r.System {
+		sys = append(sys, m.Content...)
+	}
+	if len(r.System) > 0 {
+		shape := r.SystemShape
+		if r.Wire != string(Anthropic) {
+			shape = chat.ShapeAuto
+		}
+		b, err := encodeAnthropicContent(r.Wire, sys, shape)
+		if err != nil {
+			return nil, fmt.Errorf("wire: system: %w", err)
+		}
+		top["system"] = b
+	}
+	msgs, err := EncodeAnthropicMessages(r.Messages)
+	if err != nil {
+		return nil, err
+	}
+	top["messages"] = msgs
+	if len(r.Tools) > 0 {
+		tools := make([]json.RawMessage, 0, len(r.Tools))
+		for _, t := range r.Tools {
+			if t.Raw != nil {
+				if r.Wire == "" || r.Wire == string(Anthropic) {
+					tools = append(tools, t.Raw)
+				}
+				continue
+			}
+			o := withExtras(r.Wire, Anthropic, t.Extra)
+			_ = put(o, "name", t.Name)
+			if t.Description != "" {
+				_ = put(o, "description", t.Description)
+			}
+			params := t.Parameters
+			if params == nil {
+				params = json.RawMessage(`{"type":"object","properties":{}}`)
+			}
+			o["input_schema"] = params
+			b, err := marshalObject(o, "name", "description")
+			if err != nil {
+				return nil, err
+			}
+			tools = append(tools, b)
+		}
+		if err := put(top, "tools", tools); err != nil {
+			return nil, err
+		}
+	}
+	return marshalObject(top, "model", "max_tokens", "system", "messages")
+}
+
+// EncodeAnthropicMessages encodes messages as an Anthropic messages array. System messages in
+// the middle of a history become user text (Anthropic has no such role there), marked so.
+func EncodeAnthropicMessages(msgs []chat.Message) (json.RawMessage, error) {
+	var out []json.RawMessage
+	for i := 0; i < len(msgs); {
+		m := &msgs[i]
+		role := "user"
+		if m.Role == chat.RoleAssistant {
+			role = "assistant"
+		}
+		o := withExtras(m.Wire, Anthropic, m.Extra)
+		delete(o, "block.")
+		var blocks []json.RawMessage
+		j := i
+		for ; j < len(msgs); j++ {
+			n := &msgs[j]
+			if j > i {
+				nrole := "user"
+				if n.Role == chat.RoleAssistant {
+					nrole = "assistant"
+				}
+				join := n.JoinPrev && n.Wire == string(Anthropic)
+				// Cross-format: consecutive tool results share one user message.
+				if !join && n.Wire != string(Anthropic) && n.Role == chat.RoleTool && msgs[j-1].Role == chat.RoleTool {
+					join = true
+				}
+				if !join || nrole != role {
+					break
+				}
+			}
+			bs, err := anthropicBlocks(n)
+			if err != nil {
+				return nil, fmt.Errorf("wire: message %d: %w", j, err)
+			}
+			blocks = append(blocks, bs...)
+		}
+		single := j == i+1 && m.Role != chat.RoleTool && len(m.ToolCalls) == 0
+		if single && m.Wire == string(Anthropic) && (m.Shape == chat.ShapeString || m.Shape == chat.ShapeNull || m.Shape == chat.ShapeAbsent) ||
+			single && m.Wire != string(Anthropic) && len(m.Content) <= 1 && allText(m.Content) && m.Role != chat.RoleSystem {
+			b, err := encodeAnthropicContent(m.Wire, m.Content, m.Shape)
+			if err != nil {
+				return nil, fmt.Errorf("wire: message %d: %w", i, err)
+			}
+			if b != nil {
+				o["content"] = b
+			}
+		} else {
+			if blocks == nil {
+				blocks = []json.RawMessage{}
+			}
+			o["content"] = mustJSON(blocks)
+		}
+		_ = put(o, "role", role)
+		b, err := marshalObject(o, "role", "content")
+		if err != nil {
+			return nil, fmt.Errorf("wire: message %d: %w", i, err)
+		}
+		out = append(out, b)
+		i = j
+	}
+	if out == nil {
+		out = []json.RawMessage{}
+	}
+	return json.Marshal(out)
+}
+
+// anthropicBlocks renders one neutral message as content blocks.
+func anthropicBlocks(m *chat.Message) ([]json.RawMessage, error) {
+	var out []json.RawMessage
+	if m.Role == chat.RoleTool {
+		o := object{}
+		if m.Wire == string(Anthropic) {
+			if raw, ok := m.Extra["block."]; ok {
+				if err := json.Unmarshal(raw, &o); err != nil {
+					return nil, err
+				}
+			}
+		}
+		_ = put(o, "type", "tool_result")
+		_ = put(o, "tool_use_id", m.ToolCallID)
+		if m.IsError {
+			o["is_error"] = json.RawMessage("true")
+		}
+		shape := m.Shape
+		if m.Wire != string(Anthropic) {
+			shape = chat.ShapeAuto
+		}
+		if shape != chat.ShapeAbsent || len(m.Content) > 0 {
+			c, err := encodeAnthropicContent(m.Wire, m.Content, shape)
+			if err != nil {
+				return nil, err
+			}
+			if c != nil {
+				o["content"] = c
+			}
+		}
+		b, err := marshalObject(o, "type", "tool_use_id")
+		if err != nil {
+			return nil, err
+		}
+		return append(out, b), nil
+	}
+	if m.Role == chat.RoleSystem && m.Wire != string(Anthropic) {
+		// A system message inside the history: Anthropic has no such role there.
+		b, _ := marshalObject(object{"type": json.RawMessage(`"text"`), "text": mustJSON("[system] " + m.Text())}, "type")
+		return append(out, b), nil
+	}
+	for _, p := range m.Content {
+		b, err := encodeAnthropicBlock(m.Wire, p)
+		if err != nil {
+			return nil, err
+		}
+		if b != nil {
+			out = append(out, b)
+		}
+	}
+	for _, tc := range m.ToolCalls {
+		o := withExtras(m.Wire, Anthropic, tc.Extra)
+		_ = put(o, "type", "tool_use")
+		_ = put(o, "id", tc.ID)
+		_ = put(o, "name", tc.Name)
+		o["input"] = anthropicInput(tc.Arguments)
+		b, err := marshalObject(o, "type", "id", "name")
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// anthropicInput turns raw argument text into a tool_use input object. Empty arguments are {};
+// text that is not a JSON object is carried as {"_raw_arguments": text} rather than dropped.
+func anthropicInput(args string) json.RawMessage {
+	trimmed := bytes.TrimSpace([]byte(args))
+	if len(trimmed) == 0 {
+		return json.RawMessage("{}")
+	}
+	if trimmed[0] == '{' && json.Valid(trimmed) {
+		return json.RawMessage(args)
+	}
+	return mustJSON(map[string]string{"_raw_arguments": args})
+}
+
+func encodeAnthropicContent(origin string, parts []chat.Part, shape chat.Shape) (json.RawMessage, error) {
+	if shape == chat.ShapeAuto {
+		if len(parts) == 1 && parts[0].Type == chat.PartText && len(parts[0].Extra) == 0 {
+			shape = chat.ShapeString
+		} else {
+			shape = chat.ShapeParts
+		}
+	}
+	switch shape {
+	case chat.ShapeAbsent:
+		if len(parts) == 0 {
+			return nil, nil
+		}
+	case chat.ShapeNull:
+		if len(parts) == 0 {
+			return json.RawMessage("null"), nil
+		}
+	case chat.ShapeString:
+		if allText(parts) {
+			s := ""
+			for i, p := range parts {
+				if i > 0 {
+					s += "\n"
+				}
+				s += p.Text
+			}
+			return mustJSON(s), nil
+		}
+	}
+	blocks := make([]json.RawMessage, 0, len(parts))
+	for _, p := range parts {
+		b, err := encodeAnthropicBlock(origin, p)
+		if err != nil {
+			return nil, err
+		}
+		if b != nil {
+			blocks = append(blocks, b)
+		}
+	}
+	return mustJSON(blocks), nil
+}
+
+func encodeAnthropicBlock(origin string, p chat.Part) (json.RawMessage, error) {
+	o := withExtras(origin, Anthropic, p.Extra)
+	switch p.Type {
+	case chat.PartText:
+		_ = put(o, "type", "text")
+		_ = put(o, "text", p.Text)
+		return marshalObject(o, "type")
+	case chat.PartReasoning:
+		if p.Redacted != "" {
+			_ = put(o, "type", "redacted_thinking")
+			_ = put(o, "data", p.Redacted)
+			return marshalObject(o, "type")
+		}
+		if p.Signature == "" && origin != string(Anthropic) && origin != "" {
+			// Unsigned reasoning from another provider cannot be sent back as a thinking block.
+			return nil, nil
+		}
+		_ = put(o, "type", "thinking")
+		_ = put(o, "thinking", p.Text)
+		if p.Signature != "" {
+			_ = put(o, "signature", p.Signature)
+		}
+		return marshalObject(o, "type")
+	case chat.PartImage:
+		if p.Image == nil {
+			return nil, fmt.Errorf("image part without image")
+		}
+		var src any
+		if p.Image.Data != "" {
+			src = struct {
+				Type      string `json:"type"`
+				MediaType string `json:"media_type"`
+				Data      string `json:"data"`
+			}{"base64", p.Image.MediaType, p.Image.Data}
+		} else {
+			src = struct {
+				Type string `json:"type"`
+				URL  string `json:"url"`
+			}{"url", p.Image.URL}
+		}
+		_ = put(o, "type", "image")
+		_ = put(o, "source", src)
+		return marshalObject(o, "type")
+	case chat.PartFile:
+		if p.File == nil {
+			return nil, fmt.Errorf("file part without file")
+		}
+		text := "[file " + p.File.Name + " " + p.File.ID + "]"
+		return marshalObject(object{"type": json.RawMessage(`"text"`), "text": mustJSON(text)}, "type")
+	case chat.PartOther:
+		if origin != "" && origin != string(Anthropic) {
+			return marshalObject(object{"type": json.RawMessage(`"text"`), "text": mustJSON(string(p.Raw))}, "type")
+		}
+		return p.Raw, nil
+	}
+	return nil, fmt.Errorf("unknown part type %q", p.Type)
+}
