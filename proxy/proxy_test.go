@@ -549,13 +549,29 @@ func TestEndpoints(t *testing.T) {
 	if resp.StatusCode != 200 || counterValue(e.srv.metrics.unmanaged.WithLabelValues("config")) != 1 {
 		t.Errorf("an unmanageable request: %d", resp.StatusCode)
 	}
-	code, metrics := get(t, e.px.URL+"/metrics")
-	for _, want := range []string{`ctxmgr_requests_total{format="openai",status="200"} 2`, `ctxmgr_requests_total{format="openai",status="413"} 1`,
+	wants := []string{`ctxmgr_requests_total{format="openai",status="200"} 2`, `ctxmgr_requests_total{format="openai",status="413"} 1`,
 		"ctxmgr_upstream_seconds_bucket", "ctxmgr_tokens_before_bucket", "ctxmgr_tokens_after_bucket", "ctxmgr_prefix_kept_total 1",
-		"ctxmgr_prefix_changed_total 0", "ctxmgr_compactions_total", "ctxmgr_summarizer_fallbacks_total 0", "ctxmgr_recoveries_total 0"} {
-		if !strings.Contains(metrics, want) {
-			t.Errorf("metrics (%d) lack %q", code, want)
+		"ctxmgr_prefix_changed_total 0", "ctxmgr_compactions_total", "ctxmgr_summarizer_fallbacks_total 0", "ctxmgr_recoveries_total 0"}
+	// The request counter is incremented when the handler returns, which can be just after
+	// the client has read the whole response: poll until the counts settle.
+	var code int
+	var missing []string
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		var metrics string
+		code, metrics = get(t, e.px.URL+"/metrics")
+		missing = missing[:0]
+		for _, want := range wants {
+			if !strings.Contains(metrics, want) {
+				missing = append(missing, want)
+			}
 		}
+		if len(missing) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, want := range missing {
+		t.Errorf("metrics (%d) lack %q", code, want)
 	}
 }
 
