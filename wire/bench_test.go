@@ -1,0 +1,82 @@
+package wire
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// benchBody is an OpenAI agent request of about n turns: a user request, an assistant tool
+// call, a tool result of ~3 KiB with escaped newlines, tabs and quotes, and a reply.
+func benchBody(turns int) []byte {
+	msgs := []map[string]any{{"role": "system", "content": "You are a coding agent. Use the tools to inspect and change the repository."}}
+	for t := 0; t < turns; t++ {
+		var out strings.Builder
+		for i := 0; i < 30; i++ {
+			fmt.Fprintf(&out, "pkg/mod%d/file%d.go:%d:\tfunc Handler%d(ctx context.Context) error { return fmt.Errorf(\"code %%d\", %d) }\n", t, i, i*7, i, i)
+		}
+		id := fmt.Sprintf("call_%d", t)
+		msgs = append(msgs,
+			map[string]any{"role": "user", "content": fmt.Sprintf("Step %d: grep the handlers in module %d — which ones return errors?", t, t)},
+			map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{map[string]any{"id": id, "type": "function",
+				"function": map[string]any{"name": "grep", "arguments": fmt.Sprintf(`{"pattern":"func Handler","path":"pkg/mod%d"}`, t)}}}},
+			map[string]any{"role": "tool", "tool_call_id": id, "content": out.String()},
+			map[string]any{"role": "assistant", "content": []any{map[string]any{"type": "text", "text": fmt.Sprintf("Module %d has 30 handlers; all return errors.", t)}}},
+		)
+	}
+	b, err := json.Marshal(map[string]any{"model": "gpt-4o", "max_completion_tokens": 4096, "messages": msgs, "temperature": 0.2,
+		"tools": []any{map[string]any{"type": "function", "function": map[string]any{"name": "grep", "description": "Search files.",
+			"parameters": map[string]any{"type": "object", "properties": map[string]any{"pattern": map[string]any{"type": "string"}}}}}}})
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// BenchmarkDecode decodes a ~100K-token request body (about 400 KiB) in both formats, the
+// proxy's per-request parsing cost.
+func BenchmarkDecode(b *testing.B) {
+	openai := benchBody(130)
+	r, err := DecodeOpenAI(openai)
+	if err != nil {
+		b.Fatal(err)
+	}
+	anthropic, err := EncodeAnthropic(r)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		f    Format
+		body []byte
+	}{{"openai", OpenAI, openai}, {"anthropic", Anthropic, anthropic}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(c.body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Decode(c.f, c.body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkEncode encodes the same request back.
+func BenchmarkEncode(b *testing.B) {
+	r, err := DecodeOpenAI(benchBody(130))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, f := range []Format{OpenAI, Anthropic} {
+		b.Run(string(f), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Encode(f, r); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
