@@ -17,6 +17,9 @@ func DecodeAnthropic(body []byte) (*chat.Request, error) {
 	if len(body) == 0 {
 		return nil, malformed(-1, "", fmt.Errorf("empty body"))
 	}
+	if err := valid(body); err != nil {
+		return nil, malformed(-1, "", err)
+	}
 	top, err := splitObject(body)
 	if err != nil {
 		return nil, malformed(-1, "", err)
@@ -90,7 +93,7 @@ func decodeAnthropicMessage(i int, raw json.RawMessage, names map[string]string)
 		return []chat.Message{base}, nil
 	}
 	var blocks []json.RawMessage
-	if err := json.Unmarshal(content, &blocks); err != nil {
+	if err := unmarshal(content, &blocks); err != nil {
 		return nil, malformed(i, "content", err)
 	}
 	base.Shape = chat.ShapeParts
@@ -116,7 +119,7 @@ func decodeAnthropicMessage(i int, raw json.RawMessage, names map[string]string)
 			return nil, malformed(i, field, err)
 		}
 		var typ string
-		_ = json.Unmarshal(bo["type"], &typ)
+		_ = unmarshal(bo["type"], &typ)
 		switch {
 		case typ == "tool_result" && role == "user":
 			flush()
@@ -170,7 +173,7 @@ func decodeAnthropicContent(m *chat.Message, raw json.RawMessage, i int, field s
 		return nil
 	case isString(raw):
 		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
+		if err := unmarshal(raw, &s); err != nil {
 			return malformed(i, field, err)
 		}
 		m.Shape = chat.ShapeString
@@ -178,7 +181,7 @@ func decodeAnthropicContent(m *chat.Message, raw json.RawMessage, i int, field s
 		return nil
 	}
 	var blocks []json.RawMessage
-	if err := json.Unmarshal(raw, &blocks); err != nil {
+	if err := unmarshal(raw, &blocks); err != nil {
 		return malformed(i, field, err)
 	}
 	m.Shape = chat.ShapeParts
@@ -207,7 +210,7 @@ func decodeToolResult(o object, names map[string]string) (chat.Message, error) {
 	m.Name = names[m.ToolCallID]
 	if raw, ok := o["is_error"]; ok {
 		var b bool
-		if err := json.Unmarshal(raw, &b); err != nil {
+		if err := unmarshal(raw, &b); err != nil {
 			return m, fmt.Errorf("is_error: %w", err)
 		}
 		if b {
@@ -249,12 +252,12 @@ func decodeToolUse(o object) (chat.ToolCall, error) {
 
 func decodeAnthropicBlock(raw json.RawMessage, o object) (chat.Part, error) {
 	var typ string
-	_ = json.Unmarshal(o["type"], &typ)
+	_ = unmarshal(o["type"], &typ)
 	other := chat.Part{Type: chat.PartOther, Raw: append(json.RawMessage(nil), raw...)}
 	switch typ {
 	case "text":
 		var t *string
-		if json.Unmarshal(o["text"], &t) != nil || t == nil {
+		if unmarshal(o["text"], &t) != nil || t == nil {
 			return other, nil
 		}
 		delete(o, "type")
@@ -265,7 +268,7 @@ func decodeAnthropicBlock(raw json.RawMessage, o object) (chat.Part, error) {
 			Thinking  *string `json:"thinking"`
 			Signature *string `json:"signature"`
 		}
-		if json.Unmarshal(raw, &t) != nil || t.Thinking == nil {
+		if unmarshal(raw, &t) != nil || t.Thinking == nil {
 			return other, nil
 		}
 		delete(o, "type")
@@ -284,7 +287,7 @@ func decodeAnthropicBlock(raw json.RawMessage, o object) (chat.Part, error) {
 		var t struct {
 			Data *string `json:"data"`
 		}
-		if json.Unmarshal(raw, &t) != nil || t.Data == nil || *t.Data == "" {
+		if unmarshal(raw, &t) != nil || t.Data == nil || *t.Data == "" {
 			return other, nil
 		}
 		delete(o, "type")
@@ -301,7 +304,7 @@ func decodeAnthropicBlock(raw json.RawMessage, o object) (chat.Part, error) {
 			Data      string `json:"data"`
 			URL       string `json:"url"`
 		}
-		if json.Unmarshal(o["source"], &s) != nil {
+		if unmarshal(o["source"], &s) != nil {
 			return other, nil
 		}
 		img := &chat.Image{}
@@ -327,7 +330,7 @@ func decodeAnthropicTool(raw json.RawMessage) (chat.Tool, error) {
 		return chat.Tool{}, err
 	}
 	var typ string
-	_ = json.Unmarshal(o["type"], &typ)
+	_ = unmarshal(o["type"], &typ)
 	if (typ != "" && typ != "custom") || o["input_schema"] == nil {
 		return chat.Tool{Raw: append(json.RawMessage(nil), raw...), Name: toolRawName(o)}, nil
 	}

@@ -16,10 +16,13 @@ func DecodeOpenAI(body []byte) (*chat.Request, error) {
 	if len(body) == 0 {
 		return nil, malformed(-1, "", fmt.Errorf("empty body"))
 	}
+	if err := valid(body); err != nil {
+		return nil, malformed(-1, "", err)
+	}
 	r := &chat.Request{Wire: string(OpenAI)}
 	var rawMsgs []json.RawMessage
 	if body[0] == '[' {
-		if err := json.Unmarshal(body, &rawMsgs); err != nil {
+		if err := unmarshal(body, &rawMsgs); err != nil {
 			return nil, malformed(-1, "", err)
 		}
 	} else {
@@ -65,8 +68,11 @@ func DecodeOpenAI(body []byte) (*chat.Request, error) {
 // DecodeOpenAIMessages decodes a bare JSON array of OpenAI messages, system messages included,
 // in order.
 func DecodeOpenAIMessages(body []byte) ([]chat.Message, error) {
+	if err := valid(body); err != nil {
+		return nil, malformed(-1, "", err)
+	}
 	var raws []json.RawMessage
-	if err := json.Unmarshal(body, &raws); err != nil {
+	if err := unmarshal(body, &raws); err != nil {
 		return nil, malformed(-1, "", err)
 	}
 	msgs := make([]chat.Message, 0, len(raws))
@@ -82,6 +88,9 @@ func DecodeOpenAIMessages(body []byte) ([]chat.Message, error) {
 
 // DecodeOpenAIMessage decodes one OpenAI message; index is used in errors.
 func DecodeOpenAIMessage(index int, raw json.RawMessage) (chat.Message, error) {
+	if err := valid(raw); err != nil {
+		return chat.Message{}, malformed(index, "", err)
+	}
 	return decodeOpenAIMessage(index, raw)
 }
 
@@ -114,7 +123,7 @@ func decodeOpenAIMessage(i int, raw json.RawMessage) (chat.Message, error) {
 	}
 	if rc, ok := o["reasoning_content"]; ok && isString(rc) {
 		var s string
-		if err := json.Unmarshal(rc, &s); err != nil {
+		if err := unmarshal(rc, &s); err != nil {
 			return m, malformed(i, "reasoning_content", err)
 		}
 		delete(o, "reasoning_content")
@@ -129,14 +138,14 @@ func decodeOpenAIMessage(i int, raw json.RawMessage) (chat.Message, error) {
 		m.Shape = chat.ShapeNull
 	case isString(content):
 		var s string
-		if err := json.Unmarshal(content, &s); err != nil {
+		if err := unmarshal(content, &s); err != nil {
 			return m, malformed(i, "content", err)
 		}
 		m.Shape = chat.ShapeString
 		m.Content = append(m.Content, chat.Part{Type: chat.PartText, Text: s})
 	default:
 		var parts []json.RawMessage
-		if err := json.Unmarshal(content, &parts); err != nil {
+		if err := unmarshal(content, &parts); err != nil {
 			return m, malformed(i, "content", err)
 		}
 		m.Shape = chat.ShapeParts
@@ -151,7 +160,7 @@ func decodeOpenAIMessage(i int, raw json.RawMessage) (chat.Message, error) {
 	if tcs, ok := o["tool_calls"]; ok && !isNull(tcs) {
 		delete(o, "tool_calls")
 		var raws []json.RawMessage
-		if err := json.Unmarshal(tcs, &raws); err != nil {
+		if err := unmarshal(tcs, &raws); err != nil {
 			return m, malformed(i, "tool_calls", err)
 		}
 		if raws == nil {
@@ -218,14 +227,14 @@ func decodeOpenAIPart(raw json.RawMessage) (chat.Part, error) {
 		return chat.Part{}, err
 	}
 	var typ string
-	if err := json.Unmarshal(o["type"], &typ); err != nil && o["type"] != nil {
+	if err := unmarshal(o["type"], &typ); err != nil && o["type"] != nil {
 		return chat.Part{}, fmt.Errorf("type: %w", err)
 	}
 	other := chat.Part{Type: chat.PartOther, Raw: append(json.RawMessage(nil), raw...)}
 	switch typ {
 	case "text":
 		var t *string
-		if err := json.Unmarshal(o["text"], &t); err != nil || t == nil {
+		if err := unmarshal(o["text"], &t); err != nil || t == nil {
 			return other, nil
 		}
 		delete(o, "type")
@@ -245,7 +254,7 @@ func decodeOpenAIPart(raw json.RawMessage) (chat.Part, error) {
 				return other, nil
 			}
 		}
-		if json.Unmarshal(o["image_url"], &iu) != nil {
+		if unmarshal(o["image_url"], &iu) != nil {
 			return other, nil
 		}
 		delete(o, "type")
@@ -276,7 +285,7 @@ func decodeOpenAIPart(raw json.RawMessage) (chat.Part, error) {
 				return other, nil
 			}
 		}
-		if json.Unmarshal(o["file"], &f) != nil {
+		if unmarshal(o["file"], &f) != nil {
 			return other, nil
 		}
 		delete(o, "type")
@@ -292,7 +301,7 @@ func decodeOpenAITool(raw json.RawMessage) (chat.Tool, error) {
 		return chat.Tool{}, err
 	}
 	var typ string
-	_ = json.Unmarshal(o["type"], &typ)
+	_ = unmarshal(o["type"], &typ)
 	fn, ok := o["function"]
 	if typ != "function" || !ok || len(o) != 2 {
 		return chat.Tool{Raw: append(json.RawMessage(nil), raw...), Name: toolRawName(o)}, nil
@@ -318,11 +327,11 @@ func decodeOpenAITool(raw json.RawMessage) (chat.Tool, error) {
 
 func toolRawName(o object) string {
 	var s string
-	if json.Unmarshal(o["name"], &s) == nil && s != "" {
+	if unmarshal(o["name"], &s) == nil && s != "" {
 		return s
 	}
 	if fo, err := splitObject(o["function"]); err == nil {
-		_ = json.Unmarshal(fo["name"], &s)
+		_ = unmarshal(fo["name"], &s)
 	}
 	return s
 }

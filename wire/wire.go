@@ -197,7 +197,7 @@ func hex4(b []byte) (rune, bool) {
 
 func splitObject(raw json.RawMessage) (object, error) {
 	var o object
-	if err := json.Unmarshal(raw, &o); err != nil {
+	if err := unmarshal(raw, &o); err != nil {
 		return nil, err
 	}
 	if o == nil {
@@ -213,7 +213,7 @@ func take(o object, key string, v any) (bool, error) {
 		return false, nil
 	}
 	delete(o, key)
-	if err := json.Unmarshal(raw, v); err != nil {
+	if err := unmarshal(raw, v); err != nil {
 		return true, fmt.Errorf("%s: %w", key, err)
 	}
 	return true, nil
