@@ -356,7 +356,10 @@ func decodeAnthropicTool(raw json.RawMessage) (chat.Tool, error) {
 // any later ones) go to the top-level system field; runs of tool results become tool_result
 // blocks of one user message.
 func EncodeAnthropic(r *chat.Request) ([]byte, error) {
-	top := withExtras(r.Wire, Anthropic, r.Extra)
+	top, err := withExtras(r.Wire, Anthropic, r.Extra)
+	if err != nil {
+		return nil, fmt.Errorf("wire: %w", err)
+	}
 	var sys []chat.Part
 	for _, m := range r.System {
 		sys = append(sys, m.Content...)
@@ -382,11 +385,17 @@ func EncodeAnthropic(r *chat.Request) ([]byte, error) {
 		for _, t := range r.Tools {
 			if t.Raw != nil {
 				if r.Wire == "" || r.Wire == string(Anthropic) {
+					if err := checkRaw("tool "+t.Name, t.Raw); err != nil {
+						return nil, fmt.Errorf("wire: %w", err)
+					}
 					tools = append(tools, t.Raw)
 				}
 				continue
 			}
-			o := withExtras(r.Wire, Anthropic, t.Extra)
+			o, err := withExtras(r.Wire, Anthropic, t.Extra)
+			if err != nil {
+				return nil, fmt.Errorf("wire: %w", err)
+			}
 			_ = put(o, "name", t.Name)
 			if t.Description != "" {
 				_ = put(o, "description", t.Description)
@@ -394,6 +403,8 @@ func EncodeAnthropic(r *chat.Request) ([]byte, error) {
 			params := t.Parameters
 			if params == nil {
 				params = json.RawMessage(`{"type":"object","properties":{}}`)
+			} else if err := checkRaw("parameters of tool "+t.Name, params); err != nil {
+				return nil, fmt.Errorf("wire: %w", err)
 			}
 			o["input_schema"] = params
 			b, err := marshalObject(o, "name", "description")
@@ -402,9 +413,7 @@ func EncodeAnthropic(r *chat.Request) ([]byte, error) {
 			}
 			tools = append(tools, b)
 		}
-		if err := put(top, "tools", tools); err != nil {
-			return nil, err
-		}
+		top["tools"] = joinArray(tools)
 	}
 	return marshalObject(top, "model", "max_tokens", "system", "messages")
 }
@@ -419,7 +428,10 @@ func EncodeAnthropicMessages(msgs []chat.Message) (json.RawMessage, error) {
 		if m.Role == chat.RoleAssistant {
 			role = "assistant"
 		}
-		o := withExtras(m.Wire, Anthropic, m.Extra)
+		o, err := withExtras(m.Wire, Anthropic, m.Extra)
+		if err != nil {
+			return nil, fmt.Errorf("wire: message %d: %w", i, err)
+		}
 		delete(o, "block.")
 		var blocks []json.RawMessage
 		j := i
@@ -459,7 +471,7 @@ func EncodeAnthropicMessages(msgs []chat.Message) (json.RawMessage, error) {
 			if blocks == nil {
 				blocks = []json.RawMessage{}
 			}
-			o["content"] = mustJSON(blocks)
+			o["content"] = joinArray(blocks)
 		}
 		_ = put(o, "role", role)
 		b, err := marshalObject(o, "role", "content")
@@ -469,10 +481,7 @@ func EncodeAnthropicMessages(msgs []chat.Message) (json.RawMessage, error) {
 		out = append(out, b)
 		i = j
 	}
-	if out == nil {
-		out = []json.RawMessage{}
-	}
-	return json.Marshal(out)
+	return joinArray(out), nil
 }
 
 // anthropicBlocks renders one neutral message as content blocks.
@@ -526,7 +535,10 @@ func anthropicBlocks(m *chat.Message) ([]json.RawMessage, error) {
 		}
 	}
 	for _, tc := range m.ToolCalls {
-		o := withExtras(m.Wire, Anthropic, tc.Extra)
+		o, err := withExtras(m.Wire, Anthropic, tc.Extra)
+		if err != nil {
+			return nil, err
+		}
 		_ = put(o, "type", "tool_use")
 		_ = put(o, "id", tc.ID)
 		_ = put(o, "name", tc.Name)
@@ -592,11 +604,14 @@ func encodeAnthropicContent(origin string, parts []chat.Part, shape chat.Shape) 
 			blocks = append(blocks, b)
 		}
 	}
-	return mustJSON(blocks), nil
+	return joinArray(blocks), nil
 }
 
 func encodeAnthropicBlock(origin string, p chat.Part) (json.RawMessage, error) {
-	o := withExtras(origin, Anthropic, p.Extra)
+	o, err := withExtras(origin, Anthropic, p.Extra)
+	if err != nil {
+		return nil, err
+	}
 	switch p.Type {
 	case chat.PartText:
 		_ = put(o, "type", "text")
@@ -647,6 +662,9 @@ func encodeAnthropicBlock(origin string, p chat.Part) (json.RawMessage, error) {
 	case chat.PartOther:
 		if origin != "" && origin != string(Anthropic) {
 			return marshalObject(object{"type": json.RawMessage(`"text"`), "text": mustJSON(string(p.Raw))}, "type")
+		}
+		if err := checkRaw("content block", p.Raw); err != nil {
+			return nil, err
 		}
 		return p.Raw, nil
 	}

@@ -339,7 +339,10 @@ func toolRawName(o object) string {
 // EncodeOpenAI encodes a request as an OpenAI chat-completions body. System comes first as
 // system (or developer) messages; Anthropic-origin tool results become role "tool" messages.
 func EncodeOpenAI(r *chat.Request) ([]byte, error) {
-	top := withExtras(r.Wire, OpenAI, r.Extra)
+	top, err := withExtras(r.Wire, OpenAI, r.Extra)
+	if err != nil {
+		return nil, fmt.Errorf("wire: %w", err)
+	}
 	msgs := make([]json.RawMessage, 0, len(r.System)+len(r.Messages))
 	for _, list := range [][]chat.Message{r.System, r.Messages} {
 		for i := range list {
@@ -350,9 +353,7 @@ func EncodeOpenAI(r *chat.Request) ([]byte, error) {
 			msgs = append(msgs, b)
 		}
 	}
-	if err := put(top, "messages", msgs); err != nil {
-		return nil, err
-	}
+	top["messages"] = joinArray(msgs)
 	if len(r.Tools) > 0 {
 		tools := make([]json.RawMessage, 0, len(r.Tools))
 		for _, t := range r.Tools {
@@ -364,9 +365,7 @@ func EncodeOpenAI(r *chat.Request) ([]byte, error) {
 				tools = append(tools, b)
 			}
 		}
-		if err := put(top, "tools", tools); err != nil {
-			return nil, err
-		}
+		top["tools"] = joinArray(tools)
 	}
 	return marshalObject(top, "model", "messages")
 }
@@ -381,7 +380,7 @@ func EncodeOpenAIMessages(msgs []chat.Message) ([]byte, error) {
 		}
 		out = append(out, b)
 	}
-	return json.Marshal(out)
+	return joinArray(out), nil
 }
 
 func encodeOpenAITool(origin string, t chat.Tool) ([]byte, error) {
@@ -389,14 +388,23 @@ func encodeOpenAITool(origin string, t chat.Tool) ([]byte, error) {
 		if origin != "" && origin != string(OpenAI) {
 			return nil, nil // a server tool of another provider means nothing here
 		}
+		if err := checkRaw("tool "+t.Name, t.Raw); err != nil {
+			return nil, err
+		}
 		return t.Raw, nil
 	}
-	fo := withExtras(origin, OpenAI, t.Extra)
+	fo, err := withExtras(origin, OpenAI, t.Extra)
+	if err != nil {
+		return nil, err
+	}
 	_ = put(fo, "name", t.Name)
 	if t.Description != "" {
 		_ = put(fo, "description", t.Description)
 	}
 	if t.Parameters != nil {
+		if err := checkRaw("parameters of tool "+t.Name, t.Parameters); err != nil {
+			return nil, err
+		}
 		fo["parameters"] = t.Parameters
 	}
 	fb, err := marshalObject(fo, "name", "description", "parameters")
@@ -408,7 +416,10 @@ func encodeOpenAITool(origin string, t chat.Tool) ([]byte, error) {
 
 // EncodeOpenAIMessage encodes one message in OpenAI form.
 func EncodeOpenAIMessage(m *chat.Message) ([]byte, error) {
-	o := withExtras(m.Wire, OpenAI, m.Extra)
+	o, err := withExtras(m.Wire, OpenAI, m.Extra)
+	if err != nil {
+		return nil, err
+	}
 	role := string(m.Role)
 	if m.WireRole != "" && (m.Wire == "" || m.Wire == string(OpenAI)) {
 		role = m.WireRole
@@ -446,7 +457,7 @@ func EncodeOpenAIMessage(m *chat.Message) ([]byte, error) {
 			}
 			tcs = append(tcs, b)
 		}
-		_ = put(o, "tool_calls", tcs)
+		o["tool_calls"] = joinArray(tcs)
 	}
 	return marshalObject(o, "role", "content")
 }
@@ -501,7 +512,8 @@ func encodeOpenAIContent(o object, m *chat.Message, parts []chat.Part) error {
 			out = append(out, b)
 		}
 	}
-	return put(o, "content", out)
+	o["content"] = joinArray(out)
+	return nil
 }
 
 func allText(parts []chat.Part) bool {
@@ -514,7 +526,10 @@ func allText(parts []chat.Part) bool {
 }
 
 func encodeOpenAIPart(origin string, p chat.Part) ([]byte, error) {
-	o := withExtras(origin, OpenAI, p.Extra)
+	o, err := withExtras(origin, OpenAI, p.Extra)
+	if err != nil {
+		return nil, err
+	}
 	switch p.Type {
 	case chat.PartText:
 		_ = put(o, "type", "text")
@@ -551,13 +566,19 @@ func encodeOpenAIPart(origin string, p chat.Part) ([]byte, error) {
 			// A block of another format: carry it as text so nothing silently disappears.
 			return marshalObject(object{"type": json.RawMessage(`"text"`), "text": mustJSON(string(p.Raw))}, "type")
 		}
+		if err := checkRaw("content part", p.Raw); err != nil {
+			return nil, err
+		}
 		return p.Raw, nil
 	}
 	return nil, fmt.Errorf("unknown part type %q", p.Type)
 }
 
 func encodeOpenAIToolCall(origin string, tc chat.ToolCall) ([]byte, error) {
-	o := withExtras(origin, OpenAI, tc.Extra)
+	o, err := withExtras(origin, OpenAI, tc.Extra)
+	if err != nil {
+		return nil, err
+	}
 	fo := object{}
 	if raw, ok := o["function."]; ok {
 		delete(o, "function.")

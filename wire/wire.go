@@ -258,18 +258,69 @@ func put(o object, key string, v any) error {
 
 // withExtras copies extras into a fresh object when the message came from format f (or from
 // no format), so a value never leaks into a format where it means nothing.
-func withExtras(origin string, f Format, ex map[string]json.RawMessage) object {
+//
+// Raw JSON supplied by the caller is checked where it enters an encoder: here for extras,
+// checkRaw for tool definitions and verbatim blocks. Everything else an encoder writes is
+// produced by encoding/json or by the encoder itself, so marshalObject and joinArray write
+// values as they are instead of validating every level of the body again.
+func withExtras(origin string, f Format, ex map[string]json.RawMessage) (object, error) {
 	o := make(object, len(ex)+4)
 	if origin == "" || origin == string(f) {
 		for k, v := range ex {
+			if !json.Valid(v) {
+				return nil, fmt.Errorf("extra field %q holds invalid JSON", k)
+			}
 			o[k] = v
 		}
 	}
-	return o
+	return o, nil
+}
+
+// checkRaw reports raw JSON supplied by the caller (what names it) that is not valid.
+func checkRaw(what string, raw json.RawMessage) error {
+	if !json.Valid(raw) {
+		return fmt.Errorf("%s holds invalid JSON", what)
+	}
+	return nil
+}
+
+// joinArray writes valid JSON values (see withExtras) as a JSON array.
+func joinArray(elems []json.RawMessage) json.RawMessage {
+	n := 2
+	for _, e := range elems {
+		n += len(e) + 1
+	}
+	out := make([]byte, 0, n)
+	out = append(out, '[')
+	for i, e := range elems {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		if len(e) == 0 {
+			e = json.RawMessage("null") // as encoding/json writes a nil RawMessage
+		}
+		out = append(out, e...)
+	}
+	return append(out, ']')
+}
+
+// writeKey writes k as a JSON string; keys are nearly always plain ASCII.
+func writeKey(buf *bytes.Buffer, k string) {
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			kb, _ := json.Marshal(k)
+			buf.Write(kb)
+			return
+		}
+	}
+	buf.WriteByte('"')
+	buf.WriteString(k)
+	buf.WriteByte('"')
 }
 
 // marshalObject encodes o with sorted keys, except that keys in first come first in that order
-// (role before content reads better and some servers sniff the first bytes).
+// (role before content reads better and some servers sniff the first bytes). Values must be
+// valid JSON (see withExtras); they are written as they are.
 func marshalObject(o object, first ...string) ([]byte, error) {
 	var buf bytes.Buffer
 	buf.WriteByte('{')
@@ -279,11 +330,10 @@ func marshalObject(o object, first ...string) ([]byte, error) {
 			buf.WriteByte(',')
 		}
 		n++
-		kb, _ := json.Marshal(k)
-		buf.Write(kb)
+		writeKey(&buf, k)
 		buf.WriteByte(':')
-		if !json.Valid(v) {
-			return fmt.Errorf("field %q holds invalid JSON", k)
+		if len(v) == 0 {
+			return fmt.Errorf("field %q has no value", k)
 		}
 		buf.Write(v)
 		return nil

@@ -288,6 +288,13 @@ func FuzzDecode(f *testing.F) {
 			}
 			return
 		}
+		other := Anthropic
+		if anthropic {
+			other = OpenAI
+		}
+		if cross, err := Encode(other, req); err == nil && !json.Valid(cross) {
+			t.Fatalf("cross-format encoding is not valid JSON:\n%s", cross)
+		}
 		out, err := Encode(format, req)
 		if err != nil {
 			return // e.g. raw values the encoder refuses; never a panic
@@ -304,4 +311,31 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("encoding not stable:\n%s\n%s", out, out2)
 		}
 	})
+}
+
+// TestEncodeRejectsInvalidRaw: raw JSON supplied by the caller is checked where it enters
+// the encoder, so an invalid value is an error, never an invalid body.
+func TestEncodeRejectsInvalidRaw(t *testing.T) {
+	bad := json.RawMessage(`{"a":`)
+	user := chat.Message{Role: chat.RoleUser, Content: []chat.Part{{Type: chat.PartText, Text: "hi"}}}
+	cases := map[string]*chat.Request{
+		"request extra": {Extra: map[string]json.RawMessage{"model": bad}, Messages: []chat.Message{user}},
+		"message extra": {Messages: []chat.Message{{Role: chat.RoleUser, Extra: map[string]json.RawMessage{"x": bad},
+			Content: []chat.Part{{Type: chat.PartText, Text: "hi"}}}}},
+		"part extra": {Messages: []chat.Message{{Role: chat.RoleUser, Content: []chat.Part{{Type: chat.PartText, Text: "hi",
+			Extra: map[string]json.RawMessage{"cache_control": bad}}, {Type: chat.PartText, Text: "there"}}}}},
+		"raw part":        {Messages: []chat.Message{{Role: chat.RoleUser, Content: []chat.Part{{Type: chat.PartOther, Raw: bad}, {Type: chat.PartText, Text: "x"}}}}},
+		"raw tool":        {Messages: []chat.Message{user}, Tools: []chat.Tool{{Name: "t", Raw: bad}}},
+		"tool parameters": {Messages: []chat.Message{user}, Tools: []chat.Tool{{Name: "t", Parameters: bad}}},
+		"tool call extra": {Messages: []chat.Message{user, {Role: chat.RoleAssistant, ToolCalls: []chat.ToolCall{{ID: "c", Name: "t",
+			Arguments: "{}", Extra: map[string]json.RawMessage{"x": bad}}}}}},
+	}
+	for name, req := range cases {
+		for _, f := range []Format{OpenAI, Anthropic} {
+			out, err := Encode(f, req)
+			if err == nil {
+				t.Errorf("%s, %s: no error; body %s (valid JSON: %v)", name, f, out, json.Valid(out))
+			}
+		}
+	}
 }
