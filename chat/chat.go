@@ -9,7 +9,6 @@
 package chat
 
 import (
-	"crypto/sha256"
 	"encoding/json"
 )
 
@@ -190,23 +189,6 @@ func (m *Message) Text() string {
 		}
 	}
 	return string(b)
-}
-
-// Hash is a content hash of a message: equal messages have equal hashes. Token counts and store
-// rows are keyed by it.
-type Hash [32]byte
-
-// Hash returns the SHA-256 of the message's canonical JSON encoding (struct field order; map
-// keys sorted by encoding/json), so it is stable across processes and versions of the message
-// that are equal.
-func (m *Message) Hash() Hash {
-	b, err := json.Marshal(m)
-	if err != nil {
-		// Marshal fails only on invalid json.RawMessage values in Extra/Raw; hash what we can
-		// so that distinct messages still differ.
-		b = []byte(string(m.Role) + "\x00" + m.Text() + "\x00" + err.Error())
-	}
-	return sha256.Sum256(b)
 }
 
 // Clone returns a deep copy of the message. Raw JSON values are shared: they are never mutated.

@@ -12,7 +12,6 @@ package postgres
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -261,10 +260,10 @@ func encodeMessages(msgs []chat.Message) ([][]byte, error) {
 	return out, nil
 }
 
-func hashes(bodies [][]byte) [][]byte {
-	out := make([][]byte, len(bodies))
-	for i, b := range bodies {
-		h := sha256.Sum256(b)
+func hashes(msgs []chat.Message) [][]byte {
+	out := make([][]byte, len(msgs))
+	for i := range msgs {
+		h := msgs[i].Hash()
 		out[i] = h[:]
 	}
 	return out
@@ -320,7 +319,7 @@ func (s *Store) Append(ctx context.Context, session string, at int, msgs []chat.
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO messages (session, pos, hash, body)
 			SELECT $1, $2::bigint + t.o - 1, t.h, t.b FROM unnest($3::bytea[], $4::bytea[]) WITH ORDINALITY AS t (h, b, o)`,
-			session, at, hashes(bodies), bodies)
+			session, at, hashes(msgs), bodies)
 		if isUnique(err) {
 			return fmt.Errorf("%w: append at %d to session %q: %v", store.ErrConflict, at, session, err)
 		}

@@ -14,8 +14,8 @@ package postgres
 //     fixed-width UTC ("2006-01-02T15:04:05.000000000Z", COLLATE "C" so that it compares as
 //     text), NULL for never. Session, archive and event times are TIMESTAMPTZ.
 //   - Message and archive bodies are the json.Marshal encoding of chat.Message, verbatim, as
-//     BYTEA: TEXT would refuse the (rare) invalid UTF-8 a raw JSON value may carry. hash is the
-//     body's SHA-256 (chat.Message.Hash). Summary and offloaded texts are BYTEA too: TEXT
+//     BYTEA: TEXT would refuse the (rare) invalid UTF-8 a raw JSON value may carry. hash is
+//     chat.Message.Hash of the message. Summary and offloaded texts are BYTEA too: TEXT
 //     cannot hold NUL bytes.
 var migrations = []string{
 	// 1: the initial schema.

@@ -10,7 +10,7 @@ package sqlite
 //     ("2006-01-02T15:04:05.000000000Z"), so that it sorts and compares as text, NULL for never.
 //     Session times are Unix nanoseconds.
 //   - Message and archive bodies are the json.Marshal encoding of chat.Message, verbatim; hash
-//     is its SHA-256 (chat.Message.Hash).
+//     is chat.Message.Hash of the message.
 //   - Summary and offloaded texts are BLOBs: they are stored byte for byte, NULs included.
 var migrations = []string{
 	// 1: the initial schema.

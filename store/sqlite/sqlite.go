@@ -14,7 +14,6 @@ package sqlite
 
 import (
 	"context"
-	"crypto/sha256"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -255,11 +254,6 @@ func decodeMessage(body []byte) (chat.Message, error) {
 	return m, nil
 }
 
-func hashOf(body []byte) []byte {
-	h := sha256.Sum256(body)
-	return h[:]
-}
-
 // count returns the session's history length.
 func count(ctx context.Context, q interface {
 	QueryRowContext(context.Context, string, ...any) *sql.Row
@@ -306,7 +300,8 @@ func (s *Store) Append(ctx context.Context, session string, at int, msgs []chat.
 		}
 		defer stmt.Close()
 		for i, b := range bodies {
-			if _, err := stmt.ExecContext(ctx, session, at+i, hashOf(b), string(b)); err != nil {
+			h := msgs[i].Hash()
+			if _, err := stmt.ExecContext(ctx, session, at+i, h[:], string(b)); err != nil {
 				return err
 			}
 		}
