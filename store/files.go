@@ -3,6 +3,7 @@ package store
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -74,8 +75,13 @@ type fileSession struct {
 	id  string
 	dir string
 
-	dirReady bool      // the session directory exists
-	created  time.Time // from session.json; zero until read or written
+	dirReady bool // the session directory exists
+	// dirFI and nonce (from session.json) identify the directory the state below was loaded
+	// from: a directory pruned, and maybe recreated, by another Files value or process is a
+	// new session. The nonce is needed because a new directory may reuse the inode number.
+	dirFI   os.FileInfo
+	nonce   string
+	created time.Time // from session.json; zero until read or written
 
 	msgSize int64  // bytes of messages.jsonl consumed (whole lines only)
 	msgs    []span // where each message's line is
@@ -107,7 +113,10 @@ const (
 	tmpPrefix     = ".tmp-"
 )
 
-var _ Store = (*Files)(nil)
+var (
+	_ Store  = (*Files)(nil)
+	_ Pruner = (*Files)(nil)
+)
 
 // OpenFiles opens (creating it 0700 if needed) the file store in dir. Nothing is read until a
 // session is used.
@@ -196,26 +205,62 @@ func (f *Files) session(id string) (*fileSession, error) {
 
 func (s *fileSession) path(name string) string { return filepath.Join(s.dir, name) }
 
-// exists reports whether the session directory exists.
+// exists reports whether the session directory exists. When the directory is not the one
+// the cached state was loaded from (it was pruned, and maybe recreated, by another Files value
+// or process), the state is dropped first, so it is reloaded from what is on disk now.
 func (s *fileSession) exists() (bool, error) {
-	if s.dirReady {
-		return true, nil
-	}
-	_, err := os.Stat(s.dir)
+	fi, nonce, err := s.identity()
 	if errors.Is(err, fs.ErrNotExist) {
+		if s.dirReady {
+			s.reset()
+		}
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
-	s.dirReady = true
+	if s.dirReady && !s.same(fi, nonce) {
+		s.reset()
+	}
+	s.dirFI, s.nonce, s.dirReady = fi, nonce, true
 	return true, nil
 }
+
+// identity returns the session directory's file info and the nonce of its session.json (""
+// when there is none yet).
+func (s *fileSession) identity() (os.FileInfo, string, error) {
+	fi, err := os.Stat(s.dir)
+	if err != nil {
+		return nil, "", err
+	}
+	m, _ := readSessionFile(s)
+	return fi, m.Nonce, nil
+}
+
+func (s *fileSession) same(fi os.FileInfo, nonce string) bool {
+	return s.dirFI != nil && os.SameFile(s.dirFI, fi) && nonce == s.nonce
+}
+
+// reset forgets everything cached about the session, as if it had never been read.
+func (s *fileSession) reset() {
+	s.dirReady, s.dirFI, s.nonce, s.created = false, nil, "", time.Time{}
+	s.msgSize, s.msgs = 0, nil
+	s.sumSize, s.sums = 0, nil
+	s.archSize, s.archived = make(map[string]int64), make(map[int]archRef)
+}
+
+// errGone: the session directory changed between exists and taking its lock (a prune by
+// another Files value or process); the cached state has been reset.
+var errGone = errors.New("store: session directory removed")
 
 // lock takes the session's flock, exclusive or shared; the directory must exist. The
 // returned function releases it.
 func (s *fileSession) lock(ctx context.Context, exclusive bool) (func(), error) {
 	fh, err := os.OpenFile(s.path(lockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if errors.Is(err, fs.ErrNotExist) { // the directory is gone
+		s.reset()
+		return nil, errGone
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -223,21 +268,39 @@ func (s *fileSession) lock(ctx context.Context, exclusive bool) (func(), error) 
 		fh.Close()
 		return nil, err
 	}
+	// Prune renames a directory away under its exclusive lock: a lock taken on a directory
+	// that is no longer the session's is worthless.
+	if fi, nonce, err := s.identity(); err != nil || !s.same(fi, nonce) {
+		fh.Close()
+		s.reset()
+		return nil, errGone
+	}
 	return func() { fh.Close() }, nil
 }
 
 // beginWrite creates the session directory if needed and takes the exclusive lock; the
 // caller holds s.mu and must call the returned function.
 func (f *Files) beginWrite(ctx context.Context, s *fileSession) (func(), error) {
-	if !s.dirReady {
-		if err := mkdirSync(s.dir); err != nil {
+	var unlock func()
+	for attempt := 0; ; attempt++ {
+		// A directory pruned since the caller's exists() shows when the lock is taken.
+		if !s.dirReady {
+			if err := mkdirSync(s.dir); err != nil {
+				return nil, err
+			}
+			if _, err := s.exists(); err != nil {
+				return nil, err
+			}
+		}
+		var err error
+		unlock, err = s.lock(ctx, true)
+		if errors.Is(err, errGone) && attempt == 0 {
+			continue // pruned meanwhile: start the session afresh
+		}
+		if err != nil {
 			return nil, err
 		}
-		s.dirReady = true
-	}
-	unlock, err := s.lock(ctx, true)
-	if err != nil {
-		return nil, err
+		break
 	}
 	if s.created.IsZero() {
 		if err := f.ensureSessionFile(s); err != nil {
@@ -251,6 +314,7 @@ func (f *Files) beginWrite(ctx context.Context, s *fileSession) (func(), error) 
 type sessionMeta struct {
 	ID      string    `json:"id"`
 	Created time.Time `json:"created"`
+	Nonce   string    `json:"nonce,omitempty"` // random, written once: tells incarnations of an id apart
 }
 
 // ensureSessionFile reads session.json, writing it first if it is missing or unreadable.
@@ -260,7 +324,7 @@ func (f *Files) ensureSessionFile(s *fileSession) error {
 		s.created = m.Created
 		return nil
 	}
-	m := sessionMeta{ID: s.id, Created: f.now().UTC()}
+	m := sessionMeta{ID: s.id, Created: f.now().UTC(), Nonce: rand.Text()}
 	b, err := json.Marshal(m)
 	if err != nil {
 		return err
@@ -271,7 +335,7 @@ func (f *Files) ensureSessionFile(s *fileSession) error {
 	if err := syncDir(s.dir); err != nil {
 		return err
 	}
-	s.created = m.Created
+	s.created, s.nonce = m.Created, m.Nonce
 	return nil
 }
 
@@ -308,6 +372,9 @@ func (s *fileSession) catchUp(ctx context.Context, name string, consumed int64, 
 		return nil
 	}
 	unlock, err := s.lock(ctx, false)
+	if errors.Is(err, errGone) {
+		return nil // pruned meanwhile: the state is reset, the session empty
+	}
 	if err != nil {
 		return err
 	}
@@ -504,11 +571,13 @@ func (f *Files) Sessions(ctx context.Context) ([]SessionInfo, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		info, err := f.sessionInfo(ctx, id)
+		info, ok, err := f.sessionInfo(ctx, id)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, info)
+		if ok {
+			out = append(out, info)
+		}
 	}
 	return out, nil
 }
@@ -528,21 +597,29 @@ func (f *Files) sessionIDs() ([]string, error) {
 	return ids, nil
 }
 
-func (f *Files) sessionInfo(ctx context.Context, id string) (SessionInfo, error) {
+// sessionInfo describes a session; ok is false when its directory is gone (pruned meanwhile).
+func (f *Files) sessionInfo(ctx context.Context, id string) (info SessionInfo, ok bool, err error) {
 	s, err := f.session(id)
 	if err != nil {
-		return SessionInfo{}, err
+		return SessionInfo{}, false, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.dirReady = true
+	return s.info(ctx)
+}
+
+// info is sessionInfo for a caller holding s.mu.
+func (s *fileSession) info(ctx context.Context) (SessionInfo, bool, error) {
+	if ok, err := s.exists(); err != nil || !ok {
+		return SessionInfo{}, false, err
+	}
 	if err := s.catchUp(ctx, messagesFile, s.msgSize, s.refreshMessages); err != nil {
-		return SessionInfo{}, err
+		return SessionInfo{}, false, err
 	}
 	if err := s.catchUp(ctx, summariesFile, s.sumSize, s.refreshSummaries); err != nil {
-		return SessionInfo{}, err
+		return SessionInfo{}, false, err
 	}
-	info := SessionInfo{ID: id, Messages: len(s.msgs)}
+	info := SessionInfo{ID: s.id, Messages: len(s.msgs)}
 	if n := len(s.sums); n > 0 {
 		info.Summary = s.sums[n-1].Version
 	}
@@ -552,7 +629,7 @@ func (f *Files) sessionInfo(ctx context.Context, id string) (SessionInfo, error)
 			updated = fi.ModTime()
 		}
 	}
-	for _, name := range []string{sessionFile, messagesFile, summariesFile, toolResultDir} {
+	for _, name := range []string{sessionFile, messagesFile, summariesFile, stateFile, toolResultDir} {
 		newest(s.path(name))
 	}
 	if entries, err := os.ReadDir(s.path(dialogDir)); err == nil {
@@ -573,7 +650,7 @@ func (f *Files) sessionInfo(ctx context.Context, id string) (SessionInfo, error)
 	if info.Updated.Before(info.Created) {
 		info.Updated = info.Created
 	}
-	return info, nil
+	return info, true, nil
 }
 
 // PutSummary implements Store. The version check and the append happen under the session's
@@ -999,8 +1076,13 @@ func (f *Files) cleanupSession(ctx context.Context, id string, now time.Time) (i
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.dirReady = true
+	if ok, err := s.exists(); err != nil || !ok {
+		return 0, err
+	}
 	unlock, err := s.lock(ctx, true)
+	if errors.Is(err, errGone) {
+		return 0, nil // pruned meanwhile
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -1053,6 +1135,105 @@ func (f *Files) cleanupSession(ctx context.Context, id string, now time.Time) (i
 		}
 	}
 	return n, nil
+}
+
+// Prune implements Pruner: it removes every session whose Updated (see Sessions: the newest
+// modification time of its files) is before olderThan. Under the session's exclusive lock the
+// age is checked again and the directory renamed to a hidden name in the sessions directory
+// (session ids never start with a dot, so Sessions never lists it), and the rename fsynced;
+// the renamed directory is then deleted. A crash in between leaves only a hidden directory,
+// which the next Prune deletes. A writer of the session, in this process or another, either
+// finishes before the rename (the session is then recent and kept) or finds the session gone
+// afterwards and starts it afresh: an Append at a position other than 0 then fails with
+// ErrConflict.
+func (f *Files) Prune(ctx context.Context, olderThan time.Time, dryRun bool) ([]SessionInfo, error) {
+	if err := f.begin(ctx); err != nil {
+		return nil, err
+	}
+	defer f.end()
+	if !dryRun {
+		if err := f.removePruned(); err != nil {
+			return nil, err
+		}
+	}
+	ids, err := f.sessionIDs()
+	if err != nil {
+		return nil, err
+	}
+	out := []SessionInfo{}
+	for _, id := range ids {
+		if err := ctx.Err(); err != nil {
+			return out, err
+		}
+		info, ok, err := f.pruneSession(ctx, id, olderThan, dryRun)
+		if err != nil {
+			return out, err
+		}
+		if ok {
+			out = append(out, info)
+		}
+	}
+	return out, nil
+}
+
+const prunedPrefix = ".pruned-"
+
+func (f *Files) pruneSession(ctx context.Context, id string, olderThan time.Time, dryRun bool) (SessionInfo, bool, error) {
+	s, err := f.session(id)
+	if err != nil {
+		return SessionInfo{}, false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	info, ok, err := s.info(ctx)
+	if err != nil || !ok || !info.Updated.Before(olderThan) {
+		return SessionInfo{}, false, err
+	}
+	if dryRun {
+		return info, true, nil
+	}
+	unlock, err := s.lock(ctx, true)
+	if errors.Is(err, errGone) {
+		return SessionInfo{}, false, nil
+	}
+	if err != nil {
+		return SessionInfo{}, false, err
+	}
+	// Another process may have written between the first look and the lock.
+	if info, ok, err = s.info(ctx); err != nil || !ok || !info.Updated.Before(olderThan) {
+		unlock()
+		return SessionInfo{}, false, err
+	}
+	tomb := filepath.Join(f.root, fmt.Sprintf("%s%s-%d", prunedPrefix, id, time.Now().UnixNano()))
+	err = os.Rename(s.dir, tomb)
+	unlock()
+	if err != nil {
+		return SessionInfo{}, false, err
+	}
+	s.reset()
+	if err := syncDir(f.root); err != nil {
+		return SessionInfo{}, false, err
+	}
+	if err := os.RemoveAll(tomb); err != nil {
+		return SessionInfo{}, false, err
+	}
+	return info, true, nil
+}
+
+// removePruned deletes what a Prune interrupted by a crash left behind.
+func (f *Files) removePruned() error {
+	entries, err := os.ReadDir(f.root)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), prunedPrefix) {
+			if err := os.RemoveAll(filepath.Join(f.root, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // Close implements Store. It waits for calls in progress; later calls, Close included,

@@ -367,3 +367,99 @@ func mustMsgs(t *testing.T, s store.Store, session string) []chat.Message {
 	}
 	return got
 }
+
+// TestFilesPruneAcrossHandles: one Files value prunes a session another has cached; the
+// other sees the session gone (not its stale cache), and a session recreated by the first
+// with other content is read as it is now.
+func TestFilesPruneAcrossHandles(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	a := openFiles(t, dir, store.FileOptions{})
+	b := openFiles(t, dir, store.FileOptions{})
+	if err := a.Append(ctx, "x", 0, msgs("a", 3)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Archive(ctx, "x", 0, msgs("a", 2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.PutSummary(ctx, "x", store.Summary{Version: 1, Text: "s"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := a.Messages(ctx, "x", 0, -1); err != nil || len(got) != 3 {
+		t.Fatalf("Messages: %d, %v", len(got), err)
+	}
+	if got, err := b.Prune(ctx, time.Now().Add(time.Hour), false); err != nil || len(got) != 1 {
+		t.Fatalf("Prune: %+v, %v", got, err)
+	}
+	if got, err := a.Messages(ctx, "x", 0, -1); err != nil || len(got) != 0 {
+		t.Fatalf("Messages through the other handle after Prune: %d, %v", len(got), err)
+	}
+	if err := a.Append(ctx, "x", 3, msgs("late", 1)); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("Append after the pruned history: %v, want ErrConflict", err)
+	}
+	// b recreates the session with two other messages; a must read those, not its cache.
+	if err := b.Append(ctx, "x", 0, msgs("b", 2)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := a.Messages(ctx, "x", 0, -1)
+	if err != nil || len(got) != 2 || got[0].Text() != msgs("b", 1)[0].Text() {
+		t.Fatalf("Messages of the recreated session: %+v, %v", got, err)
+	}
+	if sums, err := a.Summaries(ctx, "x"); err != nil || len(sums) != 0 {
+		t.Fatalf("Summaries of the recreated session: %+v, %v", sums, err)
+	}
+	if err := a.PutSummary(ctx, "x", store.Summary{Version: 1, Text: "new"}); err != nil {
+		t.Fatalf("PutSummary v1 on the recreated session: %v", err)
+	}
+	if err := a.Append(ctx, "x", 2, msgs("a2", 1)); err != nil {
+		t.Fatalf("Append through the other handle: %v", err)
+	}
+	if got, err := b.Messages(ctx, "x", 0, -1); err != nil || len(got) != 3 {
+		t.Fatalf("b after a's append: %d, %v", len(got), err)
+	}
+	// Pruned and recreated with a longer history while a is not looking: a's cached
+	// positions describe files that no longer exist.
+	if got, err := b.Prune(ctx, time.Now().Add(time.Hour), false); err != nil || len(got) != 1 {
+		t.Fatalf("Prune: %+v, %v", got, err)
+	}
+	if err := b.Append(ctx, "x", 0, msgs("c", 5)); err != nil {
+		t.Fatal(err)
+	}
+	got, err = a.Messages(ctx, "x", 0, -1)
+	if err != nil || len(got) != 5 || got[4].Text() != msgs("c", 5)[4].Text() {
+		t.Fatalf("Messages of the session recreated behind a's back: %d, %v", len(got), err)
+	}
+	if sums, err := a.Summaries(ctx, "x"); err != nil || len(sums) != 0 {
+		t.Fatalf("Summaries of the session recreated behind a's back: %+v, %v", sums, err)
+	}
+}
+
+// TestFilesPruneLeftovers: what a crash between the rename and the delete leaves is hidden
+// from Sessions and removed by the next Prune.
+func TestFilesPruneLeftovers(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openFiles(t, dir, store.FileOptions{})
+	left := filepath.Join(dir, "sessions", ".pruned-x-123")
+	if err := os.MkdirAll(filepath.Join(left, "dialog"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(left, "messages.jsonl"), []byte("{}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if infos, err := s.Sessions(ctx); err != nil || len(infos) != 0 {
+		t.Fatalf("Sessions lists a pruned directory: %+v, %v", infos, err)
+	}
+	if _, err := s.Prune(ctx, time.Time{}, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(left); err != nil {
+		t.Fatalf("a dry run removed the leftover: %v", err)
+	}
+	if _, err := s.Prune(ctx, time.Time{}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(left); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("leftover not removed: %v", err)
+	}
+}

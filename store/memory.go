@@ -43,7 +43,10 @@ type memOffload struct {
 	text string
 }
 
-var _ Store = (*Memory)(nil)
+var (
+	_ Store  = (*Memory)(nil)
+	_ Pruner = (*Memory)(nil)
+)
 
 // NewMemory returns an empty in-memory store.
 func NewMemory() *Memory {
@@ -123,6 +126,31 @@ func (m *Memory) Messages(ctx context.Context, session string, from, to int) ([]
 	out := make([]chat.Message, 0, to-from)
 	for _, msg := range s.msgs[from:to] {
 		out = append(out, cloneMessage(msg))
+	}
+	return out, nil
+}
+
+// Prune implements Pruner: it deletes every session last written before olderThan.
+func (m *Memory) Prune(ctx context.Context, olderThan time.Time, dryRun bool) ([]SessionInfo, error) {
+	infos, err := m.Sessions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.begin(ctx); err != nil {
+		return nil, err
+	}
+	defer m.mu.Unlock()
+	out := []SessionInfo{}
+	for _, info := range infos {
+		// Sessions released the lock: judge by the session as it is now.
+		s := m.sessions[info.ID]
+		if s == nil || !s.updated.Before(olderThan) {
+			continue
+		}
+		out = append(out, info)
+		if !dryRun {
+			delete(m.sessions, info.ID)
+		}
 	}
 	return out, nil
 }

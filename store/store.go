@@ -131,6 +131,17 @@ type Store interface {
 	Close() error
 }
 
+// Pruner is implemented by stores that can delete whole sessions; every store in this module
+// does. Prune deletes every session last updated before olderThan with all its data (history,
+// summaries, archive, offloaded results, state, and events and configuration where the store
+// keeps them) and returns what it deleted, sorted by id; with dryRun it deletes nothing and
+// returns what it would delete. A session updated at or after olderThan is kept; a pruned id
+// used again starts a new, empty session. It is the only way ctxmgr deletes history: nothing
+// in the pipeline ever does.
+type Pruner interface {
+	Prune(ctx context.Context, olderThan time.Time, dryRun bool) ([]SessionInfo, error)
+}
+
 // EventAppender is implemented by stores that keep the Manager's pipeline events (the SQLite
 // and PostgreSQL stores do). The Manager writes every event to such a store, best effort: a
 // failure is logged, never returned, because events are a record, not state.

@@ -66,11 +66,6 @@ func openExisting(ctx context.Context, spec string) (store.Store, error) {
 	return openStore(ctx, spec)
 }
 
-// pruner is implemented by the stores that can delete whole sessions.
-type pruner interface {
-	Prune(ctx context.Context, olderThan time.Time, dryRun bool) ([]store.SessionInfo, error)
-}
-
 // archivedPositioner is implemented by the stores that can list archived positions directly.
 type archivedPositioner interface {
 	ArchivedPositions(ctx context.Context, session string) ([]int, error)
@@ -390,7 +385,7 @@ func newSessionsPruneCmd(spec *string) *cobra.Command {
 results, state and events. Each deleted session is printed; nothing is deleted
 silently. With --dry-run nothing is deleted and the sessions that would be are printed.
 
-Only the sqlite: and postgres:// stores support prune.`,
+Every store supports prune (sqlite:, postgres://, files:).`,
 		Example: `  ctxmgr sessions prune --older-than 30d --dry-run
   ctxmgr sessions prune --older-than 30d`,
 		Args: cobra.NoArgs,
@@ -403,7 +398,7 @@ Only the sqlite: and postgres:// stores support prune.`,
 				return &usageError{err: err}
 			}
 			return withStore(cmd, *spec, func(ctx context.Context, st store.Store) error {
-				p, ok := st.(pruner)
+				p, ok := st.(store.Pruner)
 				if !ok {
 					return fmt.Errorf("store %s does not support prune", *spec)
 				}

@@ -165,7 +165,9 @@ func TestSessionsCommands(t *testing.T) {
 func TestSessionsFilesStore(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	fs, err := store.OpenFiles(dir, store.FileOptions{})
+	// The session is created 40 days ago by the store's clock; its files are aged below.
+	old := time.Now().Add(-40 * 24 * time.Hour)
+	fs, err := store.OpenFiles(dir, store.FileOptions{Now: func() time.Time { return old }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,8 +187,27 @@ func TestSessionsFilesStore(t *testing.T) {
 	if r.code != 0 || r.stdout != want {
 		t.Fatalf("export from files: %+v", r)
 	}
-	if r := runCmd(t, "", "sessions", "prune", "--older-than", "1d", "--store", "files:"+dir); r.code != 1 || !strings.Contains(r.stderr, "does not support prune") {
-		t.Fatalf("prune of a files store: %+v", r)
+	// A files store's sessions age by the modification times of their files.
+	if r := runCmd(t, "", "sessions", "prune", "--older-than", "1d", "--store", "files:"+dir); r.code != 0 || strings.Contains(r.stdout, "deleted f") {
+		t.Fatalf("prune of a recent files session: %+v", r)
+	}
+	err = filepath.WalkDir(filepath.Join(dir, "sessions", "f"), func(p string, _ os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Chtimes(p, old, old)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := runCmd(t, "", "sessions", "prune", "--older-than", "30d", "--store", "files:"+dir); r.code != 0 || !strings.Contains(r.stdout, "deleted f") {
+		t.Fatalf("prune of an old files session: %+v", r)
+	}
+	if r := runCmd(t, "", "sessions", "list", "--store", "files:"+dir); r.code != 0 || strings.Contains(r.stdout, " f ") || strings.Contains(r.stdout, "\nf ") {
+		t.Fatalf("list after prune: %+v", r)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "sessions", "f")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("pruned session directory: %v", err)
 	}
 }
 

@@ -34,6 +34,9 @@
 //     latest summary version.
 //   - After Close every method, Close included, returns store.ErrClosed.
 //   - A canceled context makes a method fail with the context's error, storing nothing.
+//   - Prune (store.Pruner, when implemented) deletes exactly the sessions whose Updated (as
+//     Sessions reports it) is before the cut, with everything stored for them, and returns
+//     them; a dry run deletes nothing and returns the same list; a pruned id starts afresh.
 //   - Concurrency: appends racing from many goroutines, each retrying on ErrConflict, store
 //     every message exactly once, each batch contiguous and each goroutine's in its order.
 package storetest
@@ -102,6 +105,7 @@ func RunWith(t *testing.T, open func(t *testing.T) store.Store, opts Options) {
 		{"Sessions", testSessions},
 		{"Canceled", testCanceled},
 		{"Closed", testClosed},
+		{"Prune", testPrune},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t)) })
@@ -879,6 +883,10 @@ func testClosed(t *testing.T, s store.Store) {
 	check("ReadOffload", err)
 	_, err = s.Cleanup(ctx, time.Now())
 	check("Cleanup", err)
+	if p, ok := s.(store.Pruner); ok {
+		_, err = p.Prune(ctx, time.Now(), true)
+		check("Prune", err)
+	}
 	check("Close", s.Close())
 }
 
@@ -995,5 +1003,118 @@ func testState(t *testing.T, s store.Store) {
 		if _, err := s.State(ctx, id); !errors.Is(err, store.ErrInvalidID) {
 			t.Fatalf("State(%q): %v, want ErrInvalidID", id, err)
 		}
+	}
+}
+
+func sessionInfo(t *testing.T, s store.Store, id string) store.SessionInfo {
+	t.Helper()
+	infos, err := s.Sessions(context.Background())
+	if err != nil {
+		t.Fatalf("Sessions: %v", err)
+	}
+	for _, info := range infos {
+		if info.ID == id {
+			return info
+		}
+	}
+	t.Fatalf("Sessions lacks %q: %+v", id, infos)
+	return store.SessionInfo{}
+}
+
+func testPrune(t *testing.T, s store.Store) {
+	p, ok := s.(store.Pruner)
+	if !ok {
+		t.Skip("backend does not implement store.Pruner")
+	}
+	ctx := context.Background()
+	mustAppend(t, s, "old", 0, texts("old", 3))
+	if err := s.PutSummary(ctx, "old", store.Summary{Version: 1, Text: "s"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Archive(ctx, "old", 0, texts("old", 2)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Offload(ctx, "old", "k", "text\n", time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutState(ctx, "old", []byte(`{"v":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if ea, ok := s.(store.EventAppender); ok {
+		if err := ea.AppendEvent(ctx, "old", "compact", []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	oldInfo := sessionInfo(t, s, "old")
+	// The cut must fall strictly between the two sessions' update times, as each backend
+	// measures them (file modification times are coarse): write "new" once the clock has
+	// moved on.
+	for time.Now().Before(oldInfo.Updated.Add(20 * time.Millisecond)) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	mustAppend(t, s, "new", 0, texts("new", 1))
+	cut := sessionInfo(t, s, "new").Updated
+	if !oldInfo.Updated.Before(cut) {
+		t.Fatalf("updated times: old %v, new %v", oldInfo.Updated, cut)
+	}
+
+	dry, err := p.Prune(ctx, cut, true)
+	if err != nil || len(dry) != 1 || dry[0].ID != "old" || dry[0].Messages != 3 || dry[0].Summary != 1 {
+		t.Fatalf("Prune dry run: %+v, %v", dry, err)
+	}
+	if infos, _ := s.Sessions(ctx); len(infos) != 2 {
+		t.Fatalf("the dry run deleted something: %+v", infos)
+	}
+	got, err := p.Prune(ctx, cut, false)
+	if err != nil || len(got) != 1 || got[0].ID != "old" || got[0].Messages != 3 {
+		t.Fatalf("Prune: %+v, %v", got, err)
+	}
+	if infos, err := s.Sessions(ctx); err != nil || len(infos) != 1 || infos[0].ID != "new" {
+		t.Fatalf("Sessions after Prune: %+v, %v", infos, err)
+	}
+	if m := mustMessages(t, s, "old", 0, -1); len(m) != 0 {
+		t.Fatalf("a pruned session has %d messages", len(m))
+	}
+	if sums, err := s.Summaries(ctx, "old"); err != nil || len(sums) != 0 {
+		t.Fatalf("a pruned session has summaries %+v, %v", sums, err)
+	}
+	if a, err := s.ReadArchive(ctx, "old", 0, -1); err != nil || len(a) != 0 {
+		t.Fatalf("a pruned session has %d archived, %v", len(a), err)
+	}
+	if _, _, err := s.ReadOffload(ctx, "old", "k", 1, 0); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("ReadOffload of a pruned session: %v, want ErrNotFound", err)
+	}
+	if st, err := s.State(ctx, "old"); err != nil || st != nil {
+		t.Fatalf("State of a pruned session: %q, %v", st, err)
+	}
+	EqualMessages(t, "the kept session", mustMessages(t, s, "new", 0, -1), RoundTrip(t, texts("new", 1)))
+
+	// A pruned id starts afresh: position 0, summary version 1, the offload key free.
+	if err := s.Append(ctx, "old", 3, texts("late", 1)); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("Append after the pruned history: %v, want ErrConflict", err)
+	}
+	mustAppend(t, s, "old", 0, texts("again", 1))
+	if err := s.PutSummary(ctx, "old", store.Summary{Version: 1, Text: "again"}); err != nil {
+		t.Fatalf("PutSummary v1 on a pruned id: %v", err)
+	}
+	if _, err := s.Offload(ctx, "old", "k", "second\n", time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if text, _ := readOffload(t, s, "old", "k", 1, 0); text != "second\n" {
+		t.Fatalf("offload on a pruned id: %q", text)
+	}
+	if got, err := p.Prune(ctx, cut, false); err != nil || len(got) != 0 {
+		t.Fatalf("Prune again: %+v, %v", got, err)
+	}
+	if got, err := p.Prune(ctx, time.Time{}, false); err != nil || len(got) != 0 {
+		t.Fatalf("Prune before the epoch: %+v, %v", got, err)
+	}
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := p.Prune(canceled, time.Now().Add(time.Hour), false); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Prune with a canceled context: %v", err)
+	}
+	if infos, _ := s.Sessions(ctx); len(infos) != 2 {
+		t.Fatalf("a canceled Prune deleted something: %+v", infos)
 	}
 }

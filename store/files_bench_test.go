@@ -1,0 +1,28 @@
+package store_test
+
+import (
+	"testing"
+
+	"github.com/ctxmgr/ctxmgr/store"
+	"github.com/ctxmgr/ctxmgr/store/storetest"
+)
+
+// BenchmarkFilesAppend: durable one-message appends to the file store.
+func BenchmarkFilesAppend(b *testing.B) {
+	s, err := store.OpenFiles(b.TempDir(), store.FileOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	storetest.BenchAppend(b, s)
+}
+
+// BenchmarkFilesLoad: reading a 2,000-message session back from the file store.
+func BenchmarkFilesLoad(b *testing.B) {
+	s, err := store.OpenFiles(b.TempDir(), store.FileOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	storetest.BenchLoad(b, s)
+}
