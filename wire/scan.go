@@ -160,86 +160,85 @@ func valueEnd(b []byte, i int) (int, bool) {
 	}
 }
 
+// scanMembers walks the members of a valid JSON object or array b (open and close are its
+// brackets): member is called with the index where a member starts and returns the index just
+// past it. It reports whether b was walked up to its closing bracket, which must be its last
+// byte.
+func scanMembers(b []byte, open, close byte, member func(i int) (int, bool)) bool {
+	if len(b) < 2 || b[0] != open {
+		return false
+	}
+	i := skipSpace(b, 1)
+	if i < len(b) && b[i] == close {
+		return i == len(b)-1
+	}
+	for i < len(b) {
+		e, ok := member(i)
+		if !ok {
+			return false
+		}
+		if i = skipSpace(b, e); i >= len(b) {
+			return false
+		}
+		switch b[i] {
+		case ',':
+			i = skipSpace(b, i+1)
+		case close:
+			return i == len(b)-1
+		default:
+			return false
+		}
+	}
+	return false
+}
+
 // scanObject splits a valid JSON object into its members, values copied (a value must not
 // keep the whole request body alive). A repeated key keeps its last value, as in
 // encoding/json.
 func scanObject(b []byte) (object, bool) {
-	if len(b) < 2 || b[0] != '{' {
-		return nil, false
-	}
 	o := object{}
-	i := skipSpace(b, 1)
-	if i < len(b) && b[i] == '}' {
-		return o, i == len(b)-1
-	}
-	for i < len(b) {
+	ok := scanMembers(b, '{', '}', func(i int) (int, bool) {
 		if b[i] != '"' {
-			return nil, false
+			return 0, false
 		}
 		ke, ok := stringEnd(b, i)
 		if !ok {
-			return nil, false
+			return 0, false
 		}
 		key, ok := unquote(b[i:ke])
 		if !ok {
-			return nil, false
+			return 0, false
 		}
-		i = skipSpace(b, ke)
-		if i >= len(b) || b[i] != ':' {
-			return nil, false
+		if i = skipSpace(b, ke); i >= len(b) || b[i] != ':' {
+			return 0, false
 		}
 		i = skipSpace(b, i+1)
 		ve, ok := valueEnd(b, i)
-		if !ok {
-			return nil, false
+		if ok {
+			o[key] = bytes.Clone(b[i:ve])
 		}
-		o[key] = bytes.Clone(b[i:ve])
-		i = skipSpace(b, ve)
-		if i >= len(b) {
-			return nil, false
-		}
-		switch b[i] {
-		case ',':
-			i = skipSpace(b, i+1)
-		case '}':
-			return o, i == len(b)-1
-		default:
-			return nil, false
-		}
+		return ve, ok
+	})
+	if !ok {
+		return nil, false
 	}
-	return nil, false
+	return o, true
 }
 
 // scanArray splits a valid JSON array into its elements, copied.
 func scanArray(b []byte) ([]json.RawMessage, bool) {
-	if len(b) < 2 || b[0] != '[' {
+	a := []json.RawMessage{}
+	ok := scanMembers(b, '[', ']', func(i int) (int, bool) {
+		ve, ok := valueEnd(b, i)
+		if ok {
+			a = append(a, bytes.Clone(b[i:ve]))
+		}
+		return ve, ok
+	})
+	if !ok {
 		return nil, false
 	}
-	a := []json.RawMessage{}
-	i := skipSpace(b, 1)
-	if i < len(b) && b[i] == ']' {
-		return a, i == len(b)-1
-	}
-	for i < len(b) {
-		ve, ok := valueEnd(b, i)
-		if !ok {
-			return nil, false
-		}
-		a = append(a, bytes.Clone(b[i:ve]))
-		i = skipSpace(b, ve)
-		if i >= len(b) {
-			return nil, false
-		}
-		switch b[i] {
-		case ',':
-			i = skipSpace(b, i+1)
-		case ']':
-			return a, i == len(b)-1
-		default:
-			return nil, false
-		}
-	}
-	return nil, false
+	return a, true
 }
 
 // unquote decodes a valid JSON string literal. It declines (false) what it does not decode
