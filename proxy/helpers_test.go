@@ -309,3 +309,12 @@ func counterValue(c prometheus.Counter) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// histogram returns the sample count and sum of an observer made by a HistogramVec.
+func histogram(o prometheus.Observer) (uint64, float64) {
+	var m dto.Metric
+	if err := o.(prometheus.Metric).Write(&m); err != nil {
+		return 0, -1
+	}
+	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
+}

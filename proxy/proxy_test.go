@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -251,6 +252,11 @@ func TestLongConversation(t *testing.T) {
 				if r.Status != 200 {
 					t.Errorf("request %d answered %d", r.Seq, r.Status)
 				}
+			}
+			// The fake reports the exact o200k count of what it received, so where the proxy
+			// counts exactly its estimate of every request sent must match (ratio 1).
+			if n, sum := histogram(e.srv.metrics.usageRatio.WithLabelValues("exact")); format == FormatOpenAI && n == 0 || n > 0 && math.Abs(sum-float64(n)) > 1e-9*float64(n) {
+				t.Errorf("usage ratio (exact): %d observations, sum %v", n, sum)
 			}
 			e.srv.sessMu.Lock()
 			ps := e.srv.sessions["long-"+string(format)]

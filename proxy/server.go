@@ -295,6 +295,7 @@ type exchange struct {
 	sess     *ctxmgr.Session
 	readTool bool
 	sent     chat.Request // the request last forwarded (managed only)
+	sentN    int          // its input tokens when the pipeline reported them, else 0
 	window   int
 	maxOut   int
 
@@ -461,12 +462,12 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 	if !x.readTool && p.Report.Evicted == 0 && p.Report.SummaryVersion == 0 && len(msgs) == len(dec.Messages) &&
 		len(p.Request.Messages) == len(msgs) && p.Report.InputAfter == before {
 		// Nothing was changed: forward the client's own bytes.
-		x.sent = *dec
+		x.sent, x.sentN = *dec, p.Report.InputAfter
 		x.sent.System, x.sent.Tools, x.sent.Messages = p.Request.System, p.Request.Tools, p.Request.Messages
 		info = append(info, slog.Bool("verbatim", true))
 		return x.body, info, nil
 	}
-	out, err := x.encode(p.Request)
+	out, err := x.encode(p.Request, p.Report.InputAfter)
 	if err != nil {
 		return nil, info, err
 	}
@@ -474,15 +475,16 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 }
 
 // encode renders req with every other body field of the client's request kept verbatim, and
-// records it as the request sent.
-func (x *exchange) encode(req chat.Request) ([]byte, error) {
+// records it as the request sent, with its input tokens n when the pipeline counted them (0:
+// unknown).
+func (x *exchange) encode(req chat.Request, n int) ([]byte, error) {
 	out := *x.dec
 	out.System, out.Tools, out.Messages = req.System, req.Tools, req.Messages
 	b, err := wire.Encode(wire.Format(x.format), &out)
 	if err != nil {
 		return nil, err
 	}
-	x.sent = out
+	x.sent, x.sentN = out, n
 	return b, nil
 }
 
@@ -553,7 +555,7 @@ func (x *exchange) recover(ctx context.Context, status int, body []byte) ([]byte
 		x.log.Warn("proxy: overflow recovery failed", slog.String("error", err.Error()))
 		return nil, false
 	}
-	out, err := x.encode(p.Request)
+	out, err := x.encode(p.Request, p.Report.InputAfter)
 	if err != nil {
 		return nil, false
 	}
@@ -569,7 +571,11 @@ func (x *exchange) observeUsage(reported int) {
 		return
 	}
 	if x.mgr.exact {
-		est := x.mgr.m.Config().Counter.Request(&x.sent).Total
+		// Prepare's report already holds the exact count of what it returned.
+		est := x.sentN
+		if est == 0 {
+			est = x.mgr.m.Config().Counter.Request(&x.sent).Total
+		}
 		if est > 0 {
 			x.s.metrics.usageRatio.WithLabelValues("exact").Observe(float64(reported) / float64(est))
 		}
@@ -655,7 +661,7 @@ func (x *exchange) followUp(ctx context.Context, asst chat.Message, calls []read
 		x.reads++
 		msgs = append(msgs, chat.ToolResult(c.ID, readToolName, text, isErr))
 	}
-	return x.encode(chat.Request{System: req.System, Tools: req.Tools, Messages: msgs})
+	return x.encode(chat.Request{System: req.System, Tools: req.Tools, Messages: msgs}, 0)
 }
 
 // usageOf returns the input tokens a provider reports in a non-streamed answer: OpenAI
