@@ -38,6 +38,7 @@ type Server struct {
 	metrics  *metrics
 	gatherer prometheus.Gatherer
 	cal      *tokens.Calibrator
+	heur     tokens.Counter // for metrics on messages too large to count exactly in time
 	mux      *http.ServeMux
 
 	mgrMu    sync.Mutex
@@ -60,6 +61,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:      cfg,
 		log:      cfg.Logger,
+		heur:     tokens.NewHeuristic(tokens.HeuristicOptions{}),
 		cal:      tokens.NewCalibrator(tokens.NewCache(tokens.NewHeuristic(tokens.HeuristicOptions{}), 1<<16), tokens.CalibratorOptions{}),
 		managers: map[managerKey]*managed{},
 		exact:    map[string]tokens.Counter{},

@@ -243,7 +243,7 @@ func (s *Server) load(ctx context.Context, ps *psession, m *managed, key manager
 	ps.orig = 0
 	c := m.m.Config().Counter
 	for i := range hist {
-		ps.orig += c.Message(&hist[i])
+		ps.orig += s.origTokens(c, &hist[i])
 	}
 	ps.setup = hashSetup(system, tools)
 	ps.readTool = false
@@ -333,7 +333,7 @@ func (s *Server) sync(ctx context.Context, ps *psession, m *managed, key manager
 			ps.hashes = append(ps.hashes, hashes[len(ps.hashes):]...)
 			c := ps.mgr.m.Config().Counter
 			for i := range news {
-				ps.orig += c.Message(&news[i])
+				ps.orig += s.origTokens(c, &news[i])
 			}
 			break
 		}
@@ -457,4 +457,22 @@ func (s *Server) openSession(ctx context.Context, base string, m *managed, key m
 		id = branchID(id, hashes, k)
 	}
 	return nil, false, fmt.Errorf("proxy: session %q: too many branches", base)
+}
+
+// origExactBytes: a message with more text than this is counted for the tokens_before metric
+// by the heuristic counter. An exact BPE count runs at a few MB/s, so a 50 MB tool output
+// would take seconds, and the figure is only reported (the pipeline never counts the
+// original of a capped result).
+const origExactBytes = 1 << 20
+
+// origTokens counts an original message for the tokens_before metric.
+func (s *Server) origTokens(c tokens.Counter, m *chat.Message) int {
+	n := 0
+	for i := range m.Content {
+		n += len(m.Content[i].Text)
+	}
+	if n > origExactBytes {
+		return s.heur.Message(m)
+	}
+	return c.Message(m)
 }
