@@ -2,6 +2,7 @@ package tokens
 
 import (
 	"fmt"
+	"hash/maphash"
 	"strings"
 	"sync"
 	"unicode"
@@ -27,20 +28,98 @@ var installOfflineLoader = sync.OnceFunc(func() {
 	tiktoken.SetBpeLoader(tiktokenloader.NewOfflineLoader())
 })
 
-// One encoder per encoding, built on first use (about 0.3 s and some tens of MB each) and
-// read-only afterwards: a *tiktoken.Tiktoken is safe for concurrent encoding.
-var encoders = map[string]func() (*tiktoken.Tiktoken, error){
-	O200kBase:  sync.OnceValues(func() (*tiktoken.Tiktoken, error) { return loadEncoding(O200kBase) }),
-	CL100kBase: sync.OnceValues(func() (*tiktoken.Tiktoken, error) { return loadEncoding(CL100kBase) }),
+// One encoding value per encoding, built on first use (about 0.3 s and some tens of MB each)
+// and shared by every counter of that encoding: the library's encoder is read-only and safe
+// for concurrent use, and the piece cache is a cache of a pure function, safe for concurrent
+// use, so sharing it only saves memory and warms it faster.
+var encoders = map[string]func() (*encoding, error){
+	O200kBase:  sync.OnceValues(func() (*encoding, error) { return loadEncoding(O200kBase, splitO200k) }),
+	CL100kBase: sync.OnceValues(func() (*encoding, error) { return loadEncoding(CL100kBase, splitCL100k) }),
 }
 
-func loadEncoding(name string) (*tiktoken.Tiktoken, error) {
+// encoding is an exact BPE encoding: the library's encoder (vocabulary and merges), our
+// pre-tokenizer for its pattern, and a cache of piece counts.
+type encoding struct {
+	tk     *tiktoken.Tiktoken
+	split  splitter
+	pieces pieceCache
+}
+
+func loadEncoding(name string, split splitter) (*encoding, error) {
 	installOfflineLoader()
-	enc, err := tiktoken.GetEncoding(name)
+	tk, err := tiktoken.GetEncoding(name)
 	if err != nil {
 		return nil, fmt.Errorf("tokens: loading %s: %w", name, err)
 	}
-	return enc, nil
+	e := &encoding{tk: tk, split: split}
+	e.pieces.init()
+	return e, nil
+}
+
+// piece returns the token count of one pre-tokenized piece. Byte-pair merges never cross
+// piece boundaries, and a piece alone pre-tokenizes as itself (FuzzSplit checks it), so the
+// library's count of the piece alone is its count in context.
+func (e *encoding) piece(p string) int {
+	if len(p) > maxCachedPiece {
+		return len(e.tk.EncodeOrdinary(p))
+	}
+	if n, ok := e.pieces.get(p); ok {
+		return n
+	}
+	n := len(e.tk.EncodeOrdinary(p))
+	e.pieces.put(p, n)
+	return n
+}
+
+// count returns the token count of valid UTF-8 text.
+func (e *encoding) count(s string) int {
+	n := 0
+	e.split(s, func(p string) { n += e.piece(p) })
+	return n
+}
+
+// maxCachedPiece: longer pieces are rare and seldom repeat; they are counted every time.
+const maxCachedPiece = 32
+
+// pieceCache maps pieces to token counts. It is sharded to keep concurrent counters apart
+// and bounded: a shard that fills up is emptied (text repeats its words, so the common ones
+// are back at once).
+type pieceCache struct {
+	seed   maphash.Seed
+	shards [pieceShards]struct {
+		mu sync.RWMutex
+		m  map[string]int32
+	}
+}
+
+const (
+	pieceShards     = 16
+	pieceShardLimit = 1 << 12 // 64K pieces in all, a few MB
+)
+
+func (c *pieceCache) init() {
+	c.seed = maphash.MakeSeed()
+	for i := range c.shards {
+		c.shards[i].m = make(map[string]int32, 256)
+	}
+}
+
+func (c *pieceCache) get(p string) (int, bool) {
+	sh := &c.shards[maphash.String(c.seed, p)%pieceShards]
+	sh.mu.RLock()
+	n, ok := sh.m[p]
+	sh.mu.RUnlock()
+	return int(n), ok
+}
+
+func (c *pieceCache) put(p string, n int) {
+	sh := &c.shards[maphash.String(c.seed, p)%pieceShards]
+	sh.mu.Lock()
+	if len(sh.m) >= pieceShardLimit {
+		clear(sh.m)
+	}
+	sh.m[strings.Clone(p)] = int32(n) // p may be a slice of a large text: do not pin it
+	sh.mu.Unlock()
 }
 
 // Encodings lists the encodings ForEncoding accepts.
@@ -85,7 +164,7 @@ func ForModelOptions(model string, opts Options) (Counter, error) {
 // bpeCounter is the exact counter of one encoding.
 type bpeCounter struct {
 	name string
-	enc  *tiktoken.Tiktoken
+	enc  *encoding
 	f    framer
 }
 
@@ -99,9 +178,12 @@ func (c *bpeCounter) Text(s string) int {
 	if s == "" {
 		return 0
 	}
+	if !utf8.ValidString(s) {
+		s = string([]rune(s)) // the library encodes each invalid byte as U+FFFD
+	}
 	n := 0
 	cutLongRuns(s, maxPieceBytes, func(seg string) {
-		n += len(c.enc.EncodeOrdinary(seg))
+		n += c.enc.count(seg)
 	})
 	return n
 }

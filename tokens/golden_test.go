@@ -27,7 +27,7 @@ func TestGolden(t *testing.T) {
 				}
 				t.Errorf("line %d (%s, %d bytes): got %d tokens, want %d", i+1, g.Source, len(g.Text), got, want)
 			}
-			t.Logf("pkoukk/tiktoken-go %s: %d/%d golden lines match", enc, matched, len(lines))
+			t.Logf("tokens %s (pkoukk/tiktoken-go vocabulary and merges, ctxmgr pre-tokenizer): %d/%d golden lines match", enc, matched, len(lines))
 		})
 	}
 }

@@ -18,7 +18,9 @@
 //     exception is a text holding a run of more than 512 bytes of one character class (a
 //     base64 blob of zeros, a line of 100 000 "="): BPE costs time quadratic in the length of
 //     such a run, so it is counted in slices, which keeps the time linear and errs high by at
-//     most about a token a 512-byte slice (under 1% in the tests; see bpe.go).
+//     most about a token a 512-byte slice (under 1% in the tests; see bpe.go). Invalid UTF-8
+//     bytes count as U+FFFD each, as tiktoken counts them. Pre-tokenization is ours (pretok.go,
+//     fuzzed against tiktoken's own patterns); the vocabulary and merges are the library's.
 //   - Message, Tools and Request add the framing of the OpenAI cookbook ("How to count tokens
 //     with tiktoken"): TokensPerMessage a message plus the tokens of its role, TokensPerName
 //     more when a name is set, ReplyPriming a request. Constants that the cookbook does not

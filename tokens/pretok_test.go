@@ -1,0 +1,162 @@
+package tokens
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/dlclark/regexp2"
+)
+
+// The library's pre-tokenization patterns (github.com/pkoukk/tiktoken-go encoding.go),
+// compiled by the engine the library uses: the reference the splitters must reproduce.
+var refPatterns = map[string]string{
+	O200kBase: strings.Join([]string{
+		`[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?`,
+		`[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?`,
+		`\p{N}{1,3}`,
+		` ?[^\s\p{L}\p{N}]+[\r\n/]*`,
+		`\s*[\r\n]+`,
+		`\s+(?!\S)`,
+		`\s+`,
+	}, "|"),
+	CL100kBase: `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
+}
+
+var splitters = map[string]splitter{O200kBase: splitO200k, CL100kBase: splitCL100k}
+
+// refSplit splits s as the library does: regexp2 over runes, pieces cut from the runes.
+func refSplit(t testing.TB, re *regexp2.Regexp, s string) []string {
+	runes := []rune(s)
+	var out []string
+	m, err := re.FindStringMatch(s)
+	for m != nil && err == nil {
+		out = append(out, string(runes[m.Index:m.Index+m.Length]))
+		m, err = re.FindNextMatch(m)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func checkSplit(t testing.TB, name string, re *regexp2.Regexp, s string) {
+	t.Helper()
+	if !utf8.ValidString(s) {
+		s = string([]rune(s)) // as Text does
+	}
+	want := refSplit(t, re, s)
+	var got []string
+	splitters[name](s, func(p string) { got = append(got, p) })
+	if strings.Join(want, "") != s {
+		// The engine skipped text no alternative matches: impossible for these patterns.
+		t.Fatalf("%s: the reference split of %q loses text: %q", name, s, want)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%s: %q splits into %q, want %q", name, s, got, want)
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("%s: %q splits into %q, want %q", name, s, got, want)
+		}
+		// A piece alone is one piece: what lets the counter count pieces apart.
+		if alone := refSplit(t, re, got[i]); len(alone) != 1 {
+			t.Fatalf("%s: piece %q of %q splits alone into %q", name, got[i], s, alone)
+		}
+	}
+}
+
+func compileRef(t testing.TB) map[string]*regexp2.Regexp {
+	out := map[string]*regexp2.Regexp{}
+	for name, pat := range refPatterns {
+		re, err := regexp2.Compile(pat, regexp2.None)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[name] = re
+	}
+	return out
+}
+
+var splitCases = []string{
+	"", "hello", "Hello world", "HELLO World's", "I'm here, you're there; they'll've.", "DON'T", "it'S", "'s",
+	"x'sy", "camelCaseWord", "XMLHttpRequest", "iPhone", "ÉCOLE école", "straße", "ǅemal", "ʰʲ", "ab\u0301c", "\u0301abc",
+	" \u0301A", "(\u0301Ab", "\u0301\u0301", "Ⅻ", "12345678", "١٢٣٤", "3.14159", "a1b2", "  ", "   x", "\t\tx", "x   ",
+	"\n", "\r\n\r\n", "  \n  \n  x", " \n", "a\n\nb", "foo  bar", "foo \u00a0bar", "\u00a0\u00a0x", "\u2028x", "\u0085x", "\u200bx",
+	"\u3000x", "\v\fx", "!!!", " !!!\n\n", "a/b//c", " //\n/", "path/to/file.go:12:3", "<div class=\"x\">", "--flag=value",
+	"你好，世界", "こんにちは世界", "한국어 텍스트", "emoji 🌍👩‍💻 ok", "🌍🌍", " 🌍", "$ git commit -m 'fix: x'", "tab\tsep\tcols",
+	"line1\r\nline2\rline3", "___init___", "a'", "a'b", "'LL", "'Ve", "'RE", "Ǆ", "ᾈᾉ", "ǅǅa", "Aǅ", "aǅ", "ǅ",
+	"\x00\x01\x7f", "\ufeffBOM", "ﬁle", "ᴬᴮ", "x\u0345y", "Ⓐⓑ", "①②", "½¼", "x²", "०१२",
+}
+
+func TestSplitMatchesRegexp(t *testing.T) {
+	refs := compileRef(t)
+	for name, re := range refs {
+		for _, s := range splitCases {
+			checkSplit(t, name, re, s)
+		}
+		for _, g := range loadGoldenTexts(t) {
+			checkSplit(t, name, re, g)
+		}
+	}
+}
+
+// FuzzSplit: on arbitrary text the splitters give the library's pieces.
+func FuzzSplit(f *testing.F) {
+	for _, s := range splitCases {
+		f.Add(s)
+	}
+	refs := compileRef(f)
+	f.Fuzz(func(t *testing.T, s string) {
+		for name, re := range refs {
+			checkSplit(t, name, re, s)
+		}
+	})
+}
+
+// loadGoldenTexts returns the texts of the golden file (../shared/data), or skips.
+func loadGoldenTexts(tb testing.TB) []string {
+	tb.Helper()
+	path := filepath.Join("..", "..", "shared", "data", "golden", "token-counts.jsonl")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		tb.Skipf("SKIPPED: test data missing: %v", err)
+	}
+	var out []string
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var g struct {
+			Text string `json:"text"`
+		}
+		if err := json.Unmarshal(line, &g); err != nil {
+			tb.Fatal(err)
+		}
+		out = append(out, g.Text)
+	}
+	return out
+}
+
+// BenchmarkCountCold counts the golden corpus with an empty piece cache on every iteration:
+// the speed on text never seen before (BenchmarkEncode measures the warm cache).
+func BenchmarkCountCold(b *testing.B) {
+	input := strings.Join(loadGoldenTexts(b), "")
+	enc, err := encoders[O200kBase]()
+	if err != nil {
+		b.Fatal(err)
+	}
+	want := len(enc.tk.EncodeOrdinary(input))
+	b.SetBytes(int64(len(input)))
+	for b.Loop() {
+		e := &encoding{tk: enc.tk, split: splitO200k}
+		e.pieces.init()
+		if n := e.count(input); n != want {
+			b.Fatalf("%d tokens, want %d", n, want)
+		}
+	}
+}
