@@ -243,11 +243,17 @@ func o200kPiece(s string, i int) int {
 			break
 		}
 	}
+	return otherPiece(s, i, func(r rune) bool { return r == '\r' || r == '\n' || r == '/' })
+}
+
+// otherPiece matches the alternatives both patterns end with, at s[i]:
+// \p{N}{1,3}| ?[^\s\p{L}\p{N}]+<tail>*|\s*[\r\n]+|\s+(?!\S)|\s+
+func otherPiece(s string, i int, tail func(r rune) bool) int {
 	c, n := classAt(s, i)
 	if c&clsNumber != 0 {
 		return digits(s, i)
 	}
-	if end := punctuation(s, i, func(r rune) bool { return r == '\r' || r == '\n' || r == '/' }); end > 0 {
+	if end := punctuation(s, i, tail); end > 0 {
 		return end
 	}
 	if c&clsSpace != 0 {
@@ -294,15 +300,5 @@ func cl100kPiece(s string, i int) int {
 			break
 		}
 	}
-	c, n := classAt(s, i)
-	if c&clsNumber != 0 {
-		return digits(s, i)
-	}
-	if end := punctuation(s, i, func(r rune) bool { return r == '\r' || r == '\n' }); end > 0 {
-		return end
-	}
-	if c&clsSpace != 0 {
-		return spaceAlternatives(s, i)
-	}
-	return i + n // not reached
+	return otherPiece(s, i, func(r rune) bool { return r == '\r' || r == '\n' })
 }
