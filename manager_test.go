@@ -241,8 +241,8 @@ func TestRecover(t *testing.T) {
 	cfg := Config{Counter: counter, Summarizer: &fakeSummarizer{}, MaxRecoveries: 2}
 	cfg.Budget.Window, cfg.Budget.MaxOutput = 20000, 1000
 	m, s := testManager(t, cfg)
-	for i := 0; i < 20; i++ {
-		appendAll(t, s, chat.TextMessage(chat.RoleUser, strings.Repeat("talk ", 100)), chat.TextMessage(chat.RoleAssistant, "ok"))
+	for i := 0; i < 300; i++ { // 15,000 tokens: below the threshold
+		appendAll(t, s, chat.TextMessage(chat.RoleUser, strings.Repeat("talk ", 38)), chat.TextMessage(chat.RoleAssistant, "ok"))
 	}
 	appendAll(t, s, chat.TextMessage(chat.RoleUser, "latest"))
 	p0, err := m.Prepare(ctx, s)
@@ -254,24 +254,108 @@ func TestRecover(t *testing.T) {
 	if _, err := m.Recover(ctx, s, other); err != other {
 		t.Fatalf("non-overflow error not passed through: %v", err)
 	}
-	overflow := &provider.StatusError{Status: 400, Body: []byte(`{"error":{"message":"This model's maximum context length is 16385 tokens.","code":"context_length_exceeded"}}`)}
-	p1, err := m.Recover(ctx, s, overflow)
+	// The provider counts 10% more than we do, and its window is 30% short of what the
+	// first request needs by its count.
+	const ratio = 1.1
+	realWindow := int((float64(p0.Report.InputAfter)*ratio + float64(cfg.Budget.MaxOutput)) * 0.7)
+	fits := func(p Prepared) bool {
+		return int(float64(p.Report.InputAfter)*ratio)+cfg.Budget.MaxOutput <= realWindow
+	}
+	overflow := func(p Prepared) error {
+		return &provider.StatusError{Status: 400, Body: fmt.Appendf(nil, `{"error":{"message":"This model's maximum context length is %d tokens. `+
+			`However, your messages resulted in %d tokens.","code":"context_length_exceeded"}}`, realWindow, int(float64(p.Report.InputAfter)*ratio))}
+	}
+	if fits(p0) {
+		t.Fatalf("the first request (%d tokens) already fits: the test proves nothing", p0.Report.InputAfter)
+	}
+	p1, err := m.Recover(ctx, s, overflow(p0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p1.Report.InputAfter >= p0.Report.InputAfter {
-		t.Fatalf("recovery did not shrink the request: %d -> %d", p0.Report.InputAfter, p1.Report.InputAfter)
+	if !fits(p1) {
+		t.Fatalf("after one recovery the request has %d tokens (x%.1f + %d output > %d)", p1.Report.InputAfter, ratio, cfg.Budget.MaxOutput, realWindow)
 	}
-	if _, err := m.Recover(ctx, s, overflow); err != nil {
+	if p1.Report.Window >= cfg.Budget.Window || m.Stats(s).Window != p1.Report.Window {
+		t.Fatalf("window in force: report %d, stats %d", p1.Report.Window, m.Stats(s).Window)
+	}
+	// The smaller window stays for the session.
+	appendAll(t, s, chat.TextMessage(chat.RoleAssistant, "ok"), chat.TextMessage(chat.RoleUser, "again"))
+	if p, err := m.Prepare(ctx, s); err != nil || p.Report.Window != p1.Report.Window || !fits(p) {
+		t.Fatalf("after a new message: window %d (was %d), %d tokens, %v", p.Report.Window, p1.Report.Window, p.Report.InputAfter, err)
+	}
+
+	// A provider that states nothing: each attempt goes below what it refused, until the
+	// bound; a new message resets the bound.
+	_, sb := testManager(t, cfg)
+	for i := 0; i < 300; i++ { // 15,000 tokens: below the threshold
+		appendAll(t, sb, chat.TextMessage(chat.RoleUser, strings.Repeat("talk ", 38)), chat.TextMessage(chat.RoleAssistant, "ok"))
+	}
+	appendAll(t, sb, chat.TextMessage(chat.RoleUser, "latest"))
+	prev, err := m.Prepare(ctx, sb)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Recover(ctx, s, overflow); !errors.Is(err, ErrRecoveryExhausted) {
+	bare := &provider.StatusError{Status: 400, Body: []byte(`{"error":{"message":"Please reduce the length of the messages.","code":"context_length_exceeded"}}`)}
+	for attempt := 1; attempt <= 2; attempt++ {
+		p, err := m.Recover(ctx, sb, bare)
+		if err != nil {
+			t.Fatalf("attempt %d: %v", attempt, err)
+		}
+		if p.Report.InputAfter >= prev.Report.InputAfter {
+			t.Fatalf("attempt %d did not shrink the request: %d -> %d", attempt, prev.Report.InputAfter, p.Report.InputAfter)
+		}
+		prev = p
+	}
+	if _, err := m.Recover(ctx, sb, bare); !errors.Is(err, ErrRecoveryExhausted) {
 		t.Fatalf("third recovery: %v, want ErrRecoveryExhausted", err)
 	}
-	// A new message resets the bound.
-	appendAll(t, s, chat.TextMessage(chat.RoleAssistant, "ok"), chat.TextMessage(chat.RoleUser, "again"))
-	if _, err := m.Recover(ctx, s, overflow); err != nil {
+	appendAll(t, sb, chat.TextMessage(chat.RoleAssistant, "ok"), chat.TextMessage(chat.RoleUser, "again"))
+	if _, err := m.Prepare(ctx, sb); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := m.Recover(ctx, sb, overflow(prev)); err != nil {
+		t.Fatalf("after a new message: %v", err)
+	}
+	// A stated maximum that leaves no room beside the reply: a typed error that says so.
+	_, s2 := testManager(t, cfg)
+	appendAll(t, s2, chat.TextMessage(chat.RoleUser, "hi"))
+	if _, err := m.Prepare(ctx, s2); err != nil {
+		t.Fatal(err)
+	}
+	tiny := &provider.StatusError{Status: 400, Body: []byte(`{"error":{"message":"This model's maximum context length is 800 tokens.","code":"context_length_exceeded"}}`)}
+	_, err = m.Recover(ctx, s2, tiny)
+	if !errors.Is(err, ErrRecoveryExhausted) || !strings.Contains(err.Error(), "maximum is 800 tokens") {
+		t.Fatalf("recovery under a maximum below max output: %v", err)
+	}
+}
+
+// TestRecoverSmallRealWindow: the configured window is the default 200,000 tokens but the
+// model behind the provider has 16,385; the provider says so, and one recovery fits it.
+func TestRecoverSmallRealWindow(t *testing.T) {
+	ctx := context.Background()
+	cfg := Config{Summarizer: &fakeSummarizer{}}
+	cfg.Budget.MaxOutput = 1024
+	m, s := testManager(t, cfg)
+	for i := 0; i < 40; i++ {
+		appendAll(t, s, chat.TextMessage(chat.RoleUser, fmt.Sprintf("step %d: %s", i, strings.Repeat("context ", 400))),
+			chat.TextMessage(chat.RoleAssistant, "done"))
+	}
+	appendAll(t, s, chat.TextMessage(chat.RoleUser, "and now?"))
+	p, err := m.Prepare(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = &provider.StatusError{Status: 400, Body: fmt.Appendf(nil, `{"error":{"message":"This model's maximum context length is 16385 tokens. `+
+		`However, your messages resulted in %d tokens.","code":"context_length_exceeded"}}`, p.Report.InputAfter)}
+	p, err = m.Recover(ctx, s, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Report.InputAfter+1024 > 16385 {
+		t.Fatalf("after recovery: %d input tokens + 1024 > 16385", p.Report.InputAfter)
+	}
+	if last := p.Request.Messages[len(p.Request.Messages)-1].Text(); last != "and now?" {
+		t.Fatalf("latest user message: %q", last)
 	}
 }
 

@@ -71,7 +71,8 @@ func (s *Session) prepare(ctx context.Context, force bool) (Prepared, error) {
 		return Prepared{}, err
 	}
 	cfg := &s.m.cfg
-	rep := &Report{Window: cfg.Budget.Window, MaxOutput: cfg.Budget.MaxOutput, Before: s.regions()}
+	w := s.window()
+	rep := &Report{Window: w.Window, MaxOutput: w.MaxOutput, Before: s.regions()}
 	rep.InputBefore = s.plan().Input
 
 	if cfg.RollingRewrite {
@@ -593,7 +594,7 @@ type job struct {
 // while it is the latest: when the cut passes it, it stays pinned in the request. A message
 // pinned earlier that is no longer the latest is evicted (summarized and archived) now.
 func (s *Session) newJob(cut int, instruction string) *job {
-	j := &job{session: s.id, from: s.start, cut: cut, instruction: instruction, target: s.m.cfg.SummaryTokens,
+	j := &job{session: s.id, from: s.start, cut: cut, instruction: instruction, target: s.summaryTarget(),
 		ranges: slices.Clone(s.archives), done: make(chan struct{}), oldPinned: s.pinned, pinned: -1}
 	if s.summary != nil {
 		j.base, j.prev = s.summary.Version, s.summary.Text
@@ -778,13 +779,21 @@ func (s *Session) applyBackground(ctx context.Context, rep *Report) error {
 }
 
 // Recover handles a provider error. When it is a context overflow (provider.IsOverflowError),
-// it compacts to a tighter target (each attempt gives up another 10% of the window, at most
-// half of it, and the session keeps that margin from then on) and returns a new request; after Config.MaxRecoveries attempts without a new message it returns
+// it settles on a smaller window for the session and returns a new request compacted to fit
+// it; after Config.MaxRecoveries attempts without a new message it returns
 // ErrRecoveryExhausted. Any other error is returned as is.
+//
+// The new window comes from what the provider said (provider.ErrorLimits): its maximum, and
+// its count of the request, whose ratio to ours is how much more it counts. When it did not
+// say both, or when they say the refused request should have fit, the window is made smaller
+// than the request it refused: its input part by 10% on the first attempt, by half on later
+// ones. The session keeps the smaller window from then on (the Store keeps
+// it across restarts); thresholds, reserve and the summary size keep their ratios to it.
 func (m *Manager) Recover(ctx context.Context, s *Session, providerErr error) (Prepared, error) {
 	if !provider.IsOverflowError(providerErr) {
 		return Prepared{}, providerErr
 	}
+	lim := provider.ErrorLimits(providerErr)
 	s.mu.Lock()
 	s.recoveries++
 	n := s.recoveries
@@ -792,15 +801,50 @@ func (m *Manager) Recover(ctx context.Context, s *Session, providerErr error) (P
 		s.mu.Unlock()
 		return Prepared{}, fmt.Errorf("%w after %d attempts: %w", ErrRecoveryExhausted, n-1, providerErr)
 	}
-	// The provider counts more than we do: give up 10% of the window per attempt, at most
-	// half of it, for the rest of the session (the Store keeps it across restarts).
-	s.extraSlack = max(s.extraSlack, min(n*m.cfg.Budget.Window/10, m.cfg.Budget.Window/2))
+	w := s.window()
+	refused := s.plan().Input + w.MaxOutput // the request the provider refused, by our count
+	win := min(w.Window, refused)
+	reason := fmt.Sprintf("provider overflow, attempt %d", n)
+	if lim.Max > 0 {
+		// The provider's maximum in our tokens: scaled by how much more it counts, when it
+		// says what it counted, with 2% to spare.
+		q := 1.0
+		if sent := s.plan().Input; lim.Input > 0 && sent > 0 {
+			q = min(max(float64(lim.Input)/float64(sent), 1), 4)
+		}
+		fromLimit := int(float64(lim.Max-w.MaxOutput)/q*0.98) + w.MaxOutput
+		if lim.Max <= w.MaxOutput {
+			fromLimit = 0
+		}
+		reason += fmt.Sprintf(": the provider's maximum is %d tokens", lim.Max)
+		if lim.Input > 0 {
+			reason += fmt.Sprintf(" and it counted %d input tokens where we count %d", lim.Input, s.plan().Input)
+		}
+		win = min(win, fromLimit)
+	}
+	if lim.Max == 0 || lim.Input == 0 || win >= refused {
+		// Without both numbers, or when they say the refused request should have fit:
+		// smaller than what was refused, by 10% on a first attempt (counts that differ a
+		// little), by half after that (a window far smaller than configured).
+		f := 0.9
+		if n > 1 {
+			f = 0.5
+		}
+		win = min(win, w.MaxOutput+int(float64(refused-w.MaxOutput)*f))
+	}
+	if win <= w.MaxOutput {
+		s.mu.Unlock()
+		return Prepared{}, fmt.Errorf("%w: %s; a window of %d tokens leaves no room for input beside %d tokens of output: %w",
+			ErrRecoveryExhausted, reason, win, w.MaxOutput, providerErr)
+	}
+	s.windowLimit = win
+	s.epoch++ // the new window is state to persist
 	s.mu.Unlock()
 	p, err := s.prepare(ctx, true)
 	if err != nil {
 		return p, err
 	}
-	ev := Event{Step: StepRecover, Reason: fmt.Sprintf("provider overflow, attempt %d: target shrunk by %d tokens", n, n*m.cfg.Budget.Window/10),
+	ev := Event{Step: StepRecover, Reason: fmt.Sprintf("%s: window now %d tokens", reason, win),
 		Before: p.Report.InputBefore, After: p.Report.InputAfter}
 	p.Report.Steps = append(p.Report.Steps, ev)
 	m.emit(s, ev)

@@ -15,13 +15,14 @@ import (
 // and the views that compaction events made (ingestion snippets are not stored: they are
 // rebuilt from the config and the offloaded result, which Store.Offload returns again).
 type sessionState struct {
-	Format     int            `json:"format"`
-	Len        int            `json:"len"`
-	Start      int            `json:"start"`
-	Pinned     int            `json:"pinned"`
-	Archives   []archiveRange `json:"archives,omitempty"`
-	ExtraSlack int            `json:"extra_slack,omitempty"`
-	Views      []viewState    `json:"views,omitempty"`
+	Format   int            `json:"format"`
+	Len      int            `json:"len"`
+	Start    int            `json:"start"`
+	Pinned   int            `json:"pinned"`
+	Archives []archiveRange `json:"archives,omitempty"`
+	// WindowLimit is the smaller window Recover settled on after provider overflows.
+	WindowLimit int         `json:"window_limit,omitempty"`
+	Views       []viewState `json:"views,omitempty"`
 }
 
 type viewState struct {
@@ -37,7 +38,7 @@ func (s *Session) persistState(ctx context.Context) error {
 	if s.epoch == s.savedEpoch {
 		return nil
 	}
-	st := sessionState{Format: 1, Len: len(s.entries), Start: s.start, Pinned: s.pinned, Archives: s.archives, ExtraSlack: s.extraSlack}
+	st := sessionState{Format: 1, Len: len(s.entries), Start: s.start, Pinned: s.pinned, Archives: s.archives, WindowLimit: s.windowLimit}
 	for i := s.start; i < len(s.entries); i++ {
 		e := &s.entries[i]
 		switch e.kind {
@@ -124,7 +125,7 @@ func (m *Manager) LoadSession(ctx context.Context, id string, system []chat.Mess
 		s.pinned = state.Pinned
 	}
 	s.archives = state.Archives
-	s.extraSlack = state.ExtraSlack
+	s.windowLimit = state.WindowLimit
 	for _, v := range state.Views {
 		if v.Index >= s.start && v.Index < len(s.entries) {
 			e := &s.entries[v.Index]

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/provider"
 	"github.com/ctxmgr/ctxmgr/store"
 	"github.com/ctxmgr/ctxmgr/tokens"
 )
@@ -83,4 +84,43 @@ func TestRestoreGivesSameRequest(t *testing.T) {
 		t.Fatalf("restarts %d, events %d: the test did not exercise restore with compaction", restarts, events)
 	}
 	st1.Close()
+}
+
+// The smaller window Recover settles on survives a restart.
+func TestRestoreKeepsRecoveredWindow(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory()
+	mk := func() *Manager {
+		cfg := Config{Store: st, Logger: discardLogger(), Summarizer: &fakeSummarizer{}}
+		cfg.Budget.MaxOutput = 1000
+		m, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	m1 := mk()
+	s1, _ := m1.NewSession("w", nil, nil)
+	for i := 0; i < 40; i++ {
+		appendAll(t, s1, chat.TextMessage(chat.RoleUser, "question "+string(rune('a'+i%26))), chat.TextMessage(chat.RoleAssistant, "answer"))
+	}
+	if _, err := m1.Prepare(ctx, s1); err != nil {
+		t.Fatal(err)
+	}
+	overflow := &provider.StatusError{Status: 400, Body: []byte(`{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 9000 tokens > 4096 maximum"}}`)}
+	p1, err := m1.Recover(ctx, s1, overflow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p1.Report.Window > 4096 {
+		t.Fatalf("window after recovery: %d", p1.Report.Window)
+	}
+	m2 := mk()
+	s2, err := m2.LoadSession(ctx, "w", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := m2.Stats(s2).Window; w != p1.Report.Window {
+		t.Fatalf("window after restart: %d, want %d", w, p1.Report.Window)
+	}
 }

@@ -81,7 +81,9 @@ type Session struct {
 	validated  bool
 	sent       bool
 	recoveries int
-	extraSlack int // tokens of window given up after provider overflows (Recover)
+	// windowLimit, when > 0, is the window in force instead of the configured one when it is
+	// smaller: what Recover learned from provider overflows.
+	windowLimit int
 
 	bg *job // background summary in flight or done, not yet applied
 }
@@ -294,13 +296,24 @@ func (s *Session) regions() budget.Regions {
 	return budget.Regions{System: s.sysTokens, Tools: s.toolTokens, Summary: s.summaryTokens, History: s.histTokens}
 }
 
-// window is the budget in force: the configured one, less what Recover gave up.
+// window is the budget in force: the configured one, or the smaller window Recover settled
+// on. Thresholds, reserve and margin keep their ratios.
 func (s *Session) window() budget.Window {
 	w := s.m.cfg.Budget
-	if s.extraSlack > 0 {
-		w.SafetyMargin = (float64(w.MarginTokens()) + float64(s.extraSlack)) / float64(w.Window)
+	if s.windowLimit > 0 && s.windowLimit < w.Window {
+		w.Window = s.windowLimit
 	}
 	return w
+}
+
+// summaryTarget is the summary's size target: Config.SummaryTokens, scaled down with the
+// window when Recover made it smaller.
+func (s *Session) summaryTarget() int {
+	t, cfgW := s.m.cfg.SummaryTokens, s.m.cfg.Budget.Window
+	if w := s.window().Window; w < cfgW {
+		t = min(t, max(256, int(int64(t)*int64(w)/int64(cfgW))))
+	}
+	return t
 }
 
 func (s *Session) plan() budget.Plan {

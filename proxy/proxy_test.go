@@ -653,3 +653,43 @@ func countStatus(recs []fakeupstream.Record, status int) int {
 	}
 	return n
 }
+
+// TestSmallRealWindow: a local model the proxy does not know gets the default 200,000-token
+// window, but the server behind it has 8,192. Its overflow errors state the limit; the proxy
+// recovers, keeps the smaller window for the session, and the client sees only answers.
+func TestSmallRealWindow(t *testing.T) {
+	const window = 8192
+	e := newEnv(t, fakeupstream.Options{Window: window}, Config{Tune: smallTune})
+	ctx := ctxT(t)
+	a := newOpenAIAgent(e.px.URL, bigOutput(1500), ooption.WithHeader(SessionHeader, "small-window"))
+	a.model = "local-llama-3-8b"
+	for i := 0; i < 24; i++ {
+		text, err := a.turn(ctx, fmt.Sprintf("turn %d: run the build", i), i%2 == 1)
+		if err != nil {
+			t.Fatalf("turn %d: %v", i, err)
+		}
+		if !strings.HasPrefix(text, "Done: ") {
+			t.Fatalf("turn %d: answer %q", i, text)
+		}
+	}
+	recs := e.fake.Records()
+	rejected := 0
+	for _, r := range recs {
+		if r.Status == 400 {
+			rejected++
+		}
+	}
+	if rejected == 0 {
+		t.Fatalf("the upstream never overflowed (largest request %d tokens): the test proves nothing", maxTokens(recs))
+	}
+	// The window learned from the first overflows holds: later requests fit at once.
+	if rejected > 3 {
+		t.Errorf("%d of %d upstream requests were rejected: the smaller window was not kept", rejected, len(recs))
+	}
+	e.srv.sessMu.Lock()
+	ps := e.srv.sessions["small-window"]
+	e.srv.sessMu.Unlock()
+	if w := ps.mgr.m.Stats(ps.sess).Window; w > window {
+		t.Errorf("window in force %d, above the server's %d", w, window)
+	}
+}
