@@ -240,11 +240,15 @@ func TestRecover(t *testing.T) {
 	counter := tokens.NewRatio(tokens.RatioOptions{PerToken: 4})
 	cfg := Config{Counter: counter, Summarizer: &fakeSummarizer{}, MaxRecoveries: 2}
 	cfg.Budget.Window, cfg.Budget.MaxOutput = 20000, 1000
-	m, s := testManager(t, cfg)
-	for i := 0; i < 300; i++ { // 15,000 tokens: below the threshold
-		appendAll(t, s, chat.TextMessage(chat.RoleUser, strings.Repeat("talk ", 38)), chat.TextMessage(chat.RoleAssistant, "ok"))
+	// fill appends 300 short turns (15,000 tokens: below the threshold) and a question.
+	fill := func(s *Session) {
+		for i := 0; i < 300; i++ {
+			appendAll(t, s, chat.TextMessage(chat.RoleUser, strings.Repeat("talk ", 38)), chat.TextMessage(chat.RoleAssistant, "ok"))
+		}
+		appendAll(t, s, chat.TextMessage(chat.RoleUser, "latest"))
 	}
-	appendAll(t, s, chat.TextMessage(chat.RoleUser, "latest"))
+	m, s := testManager(t, cfg)
+	fill(s)
 	p0, err := m.Prepare(ctx, s)
 	if err != nil {
 		t.Fatal(err)
@@ -287,10 +291,7 @@ func TestRecover(t *testing.T) {
 	// A provider that states nothing: each attempt goes below what it refused, until the
 	// bound; a new message resets the bound.
 	_, sb := testManager(t, cfg)
-	for i := 0; i < 300; i++ { // 15,000 tokens: below the threshold
-		appendAll(t, sb, chat.TextMessage(chat.RoleUser, strings.Repeat("talk ", 38)), chat.TextMessage(chat.RoleAssistant, "ok"))
-	}
-	appendAll(t, sb, chat.TextMessage(chat.RoleUser, "latest"))
+	fill(sb)
 	prev, err := m.Prepare(ctx, sb)
 	if err != nil {
 		t.Fatal(err)

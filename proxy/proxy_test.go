@@ -185,15 +185,7 @@ func TestOverflowRecovery(t *testing.T) {
 			} else {
 				a = newAnthropicAgent(e.px.URL, bigOutput(2500))
 			}
-			for i := 0; i < 14; i++ {
-				text, err := a.turn(ctx, fmt.Sprintf("turn %d: run the build", i), i%2 == 1)
-				if err != nil {
-					t.Fatalf("turn %d: %v", i, err)
-				}
-				if !strings.HasPrefix(text, "Done: ") {
-					t.Fatalf("turn %d: answer %q", i, text)
-				}
-			}
+			buildTurns(ctx, t, a, 14)
 			recs := e.fake.Records()
 			rejected := 0
 			for i, r := range recs {
@@ -663,15 +655,7 @@ func TestSmallRealWindow(t *testing.T) {
 	ctx := ctxT(t)
 	a := newOpenAIAgent(e.px.URL, bigOutput(1500), ooption.WithHeader(SessionHeader, "small-window"))
 	a.model = "local-llama-3-8b"
-	for i := 0; i < 24; i++ {
-		text, err := a.turn(ctx, fmt.Sprintf("turn %d: run the build", i), i%2 == 1)
-		if err != nil {
-			t.Fatalf("turn %d: %v", i, err)
-		}
-		if !strings.HasPrefix(text, "Done: ") {
-			t.Fatalf("turn %d: answer %q", i, text)
-		}
-	}
+	buildTurns(ctx, t, a, 24)
 	recs := e.fake.Records()
 	rejected := 0
 	for _, r := range recs {
@@ -691,5 +675,20 @@ func TestSmallRealWindow(t *testing.T) {
 	e.srv.sessMu.Unlock()
 	if w := ps.mgr.m.Stats(ps.sess).Window; w > window {
 		t.Errorf("window in force %d, above the server's %d", w, window)
+	}
+}
+
+// buildTurns runs n turns asking for a build (streaming every other one) and fails unless
+// each is answered normally.
+func buildTurns(ctx context.Context, t *testing.T, a agent, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		text, err := a.turn(ctx, fmt.Sprintf("turn %d: run the build", i), i%2 == 1)
+		if err != nil {
+			t.Fatalf("turn %d: %v", i, err)
+		}
+		if !strings.HasPrefix(text, "Done: ") {
+			t.Fatalf("turn %d: answer %q", i, text)
+		}
 	}
 }
