@@ -451,6 +451,7 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 	if err != nil {
 		return nil, info, err
 	}
+	x.window = p.Report.Window // smaller than configured once Recover learned the real window
 	s.metrics.tokensBefore.WithLabelValues(string(x.format)).Observe(float64(before))
 	s.metrics.tokensAfter.WithLabelValues(string(x.format)).Observe(float64(p.Report.InputAfter))
 	if p.Report.PrefixChanged {
@@ -561,6 +562,7 @@ func (x *exchange) recover(ctx context.Context, status int, body []byte) ([]byte
 	if err != nil {
 		return nil, false
 	}
+	x.window = p.Report.Window
 	x.recovered++
 	x.log.Info("proxy: upstream overflow, retrying with a tighter request",
 		slog.Int("status", status), slog.Int("tokens_after", p.Report.InputAfter))
