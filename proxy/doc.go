@@ -83,9 +83,11 @@
 // in ctxmgr_usage_ratio).
 //
 // When the upstream answers with a context overflow (provider.IsOverflow), the proxy calls
-// Manager.Recover (a tighter target each time, bounded by the Manager's MaxRecoveries) and
-// retries; the client sees the final answer, or the provider's error unchanged when recovery is
-// exhausted. Streams are covered: an overflow is answered before any event.
+// Manager.Recover, which settles the session on the window the provider's error states (or
+// one below the refused request), bounded by the Manager's MaxRecoveries, and retries; the
+// session keeps that window, so a model served with a shorter context than the proxy assumed
+// costs one retry, not one per request. The client sees the final answer, or the provider's
+// error unchanged when recovery is exhausted. Streams are covered: an overflow is answered before any event.
 //
 // A latest user message that is exactly /compact [instruction], /context or /context clear is
 // answered by the proxy in the client's format (a chat.completion / message object, or their
