@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/provider"
 	"github.com/ctxmgr/ctxmgr/store"
 	"github.com/ctxmgr/ctxmgr/summarize"
 	"github.com/ctxmgr/ctxmgr/tokens"
@@ -91,7 +92,11 @@ type runResult struct {
 
 // drive appends a history message by message, preparing before every assistant message, and
 // checks the invariants at each call.
-func drive(t *testing.T, cfg Config, system []chat.Message, hist []chat.Message) runResult {
+// drive appends hist, preparing before every assistant message and checking the invariants.
+// When realWindow > 0 the provider's window is that much: a prepared request above it (by
+// our count) gets an overflow error, alternately stating the limit and the count or nothing,
+// and what Recover returns is checked too.
+func drive(t *testing.T, cfg Config, system []chat.Message, hist []chat.Message, realWindow int) runResult {
 	t.Helper()
 	ctx := context.Background()
 	m, err := New(cfg)
@@ -122,6 +127,24 @@ func drive(t *testing.T, cfg Config, system []chat.Message, hist []chat.Message)
 				}
 				prev = &p
 				out.requests = append(out.requests, p.Request)
+				for attempt := 0; realWindow > 0 && p.Report.InputAfter+cfg.Budget.MaxOutput > realWindow; attempt++ {
+					body := `{"error":{"message":"Please reduce the length of the messages.","code":"context_length_exceeded"}}`
+					if attempt%2 == 0 {
+						body = fmt.Sprintf(`{"error":{"message":"This model's maximum context length is %d tokens. However, your messages resulted in %d tokens.","code":"context_length_exceeded"}}`,
+							realWindow, p.Report.InputAfter)
+					}
+					rp, err := m.Recover(ctx, s, &provider.StatusError{Status: 400, Body: []byte(body)})
+					if err != nil {
+						out.errs = append(out.errs, "recover: "+err.Error())
+						break
+					}
+					checkInvariants(t, m, s, system, hist[:i], prev, &rp)
+					for _, st := range rp.Report.Steps {
+						out.steps[st.Step]++
+					}
+					p, prev = rp, &rp
+					out.requests = append(out.requests, p.Request)
+				}
 			}
 		}
 		if err := s.Append(ctx, msg); err != nil {
@@ -291,7 +314,7 @@ func TestInvariantsRandom(t *testing.T) {
 	t.Cleanup(func() {
 		t.Logf("steps exercised: %v", seen)
 		// The property test must really exercise the pipeline, not pass vacuously.
-		for _, st := range []Step{StepMask, StepSummarize, StepTruncate, StepRetrunc, StepFallback} {
+		for _, st := range []Step{StepMask, StepSummarize, StepTruncate, StepRetrunc, StepFallback, StepRecover} {
 			if seen[st] == 0 && !t.Failed() {
 				t.Errorf("step %s never ran in %d random histories", st, n)
 			}
@@ -320,7 +343,11 @@ func TestInvariantsRandom(t *testing.T) {
 			}
 			system := []chat.Message{chat.TextMessage(chat.RoleSystem, "You are a coding agent. Work in /repo.")}
 			hist := genHistory(r, 4+r.IntN(14))
-			res := drive(t, cfg, system, hist)
+			realWindow := 0
+			if r.IntN(3) == 0 {
+				realWindow = cfg.Budget.Window * (4 + r.IntN(5)) / 10
+			}
+			res := drive(t, cfg, system, hist, realWindow)
 			for k, v := range res.steps {
 				seen[k] += v
 			}
@@ -331,7 +358,7 @@ func TestInvariantsRandom(t *testing.T) {
 			if cfg.Summarizer == fs {
 				cfg2.Summarizer = &fakeSummarizer{fail: fs.fail}
 			}
-			res2 := drive(t, cfg2, system, hist)
+			res2 := drive(t, cfg2, system, hist, realWindow)
 			if !reflect.DeepEqual(res.requests, res2.requests) || !reflect.DeepEqual(res.errs, res2.errs) {
 				t.Fatalf("invariant 5: two runs differ")
 			}
@@ -346,6 +373,7 @@ func FuzzPrepare(f *testing.F) {
 	f.Add(uint64(2), uint8(12), uint8(1))
 	f.Add(uint64(3), uint8(20), uint8(2))
 	f.Add(uint64(4), uint8(3), uint8(3))
+	f.Add(uint64(5), uint8(16), uint8(12)) // a provider window of 40% (mode bit 4)
 	f.Fuzz(func(t *testing.T, seed uint64, nTurns uint8, mode uint8) {
 		r := rand.New(rand.NewPCG(seed, uint64(mode)))
 		cfg := randomConfig(r)
@@ -362,6 +390,10 @@ func FuzzPrepare(f *testing.F) {
 			cfg.Summarizer = &fakeSummarizer{}
 		}
 		system := []chat.Message{chat.TextMessage(chat.RoleSystem, "sys")}
-		drive(t, cfg, system, genHistory(r, 1+int(nTurns%24)))
+		realWindow := 0
+		if mode&4 != 0 {
+			realWindow = cfg.Budget.Window * (3 + int(mode>>3)%6) / 10
+		}
+		drive(t, cfg, system, genHistory(r, 1+int(nTurns%24)), realWindow)
 	})
 }
