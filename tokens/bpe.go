@@ -179,7 +179,7 @@ func (c *bpeCounter) Text(s string) int {
 		return 0
 	}
 	if !utf8.ValidString(s) {
-		s = string([]rune(s)) // the library encodes each invalid byte as U+FFFD
+		s = replaceInvalid(s)
 	}
 	n := 0
 	cutLongRuns(s, maxPieceBytes, func(seg string) {
@@ -253,4 +253,22 @@ func cutLongRuns(s string, limit int, fn func(string)) int {
 	}
 	fn(s[start:])
 	return cuts
+}
+
+// replaceInvalid replaces each byte of s that is not part of valid UTF-8 by U+FFFD, as the
+// library does (it converts the text to runes), without a rune slice four times the size of
+// s.
+func replaceInvalid(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 16)
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n == 1 {
+			b.WriteRune(utf8.RuneError)
+		} else {
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
 }

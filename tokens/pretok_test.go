@@ -47,7 +47,10 @@ func refSplit(t testing.TB, re *regexp2.Regexp, s string) []string {
 func checkSplit(t testing.TB, name string, re *regexp2.Regexp, s string) {
 	t.Helper()
 	if !utf8.ValidString(s) {
-		s = string([]rune(s)) // as Text does
+		if r := replaceInvalid(s); r != string([]rune(s)) {
+			t.Fatalf("replaceInvalid(%q) = %q, want %q", s, r, string([]rune(s)))
+		}
+		s = replaceInvalid(s) // as Text does
 	}
 	want := refSplit(t, re, s)
 	var got []string
@@ -91,6 +94,7 @@ var splitCases = []string{
 	"你好，世界", "こんにちは世界", "한국어 텍스트", "emoji 🌍👩‍💻 ok", "🌍🌍", " 🌍", "$ git commit -m 'fix: x'", "tab\tsep\tcols",
 	"line1\r\nline2\rline3", "___init___", "a'", "a'b", "'LL", "'Ve", "'RE", "Ǆ", "ᾈᾉ", "ǅǅa", "Aǅ", "aǅ", "ǅ",
 	"\x00\x01\x7f", "\ufeffBOM", "ﬁle", "ᴬᴮ", "x\u0345y", "Ⓐⓑ", "①②", "½¼", "x²", "०१२",
+	"ab\xffcd", "\xe2\x82", "\xf0\x9f\x98", "x\xc0\xafy", "\xff\xfe\xfd",
 }
 
 func TestSplitMatchesRegexp(t *testing.T) {
@@ -157,6 +161,23 @@ func BenchmarkCountCold(b *testing.B) {
 		e.pieces.init()
 		if n := e.count(input); n != want {
 			b.Fatalf("%d tokens, want %d", n, want)
+		}
+	}
+}
+
+// TestCountsMatchLibrary: on the split cases, invalid UTF-8 included, Text gives exactly the
+// library's count.
+func TestCountsMatchLibrary(t *testing.T) {
+	for _, name := range Encodings() {
+		c, err := ForEncoding(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		enc, _ := encoders[name]()
+		for _, s := range splitCases {
+			if got, want := c.Text(s), len(enc.tk.EncodeOrdinary(s)); got != want {
+				t.Errorf("%s: Text(%q) = %d, the library counts %d", name, s, got, want)
+			}
 		}
 	}
 }
