@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"unsafe"
 
 	ctxmgr "github.com/ctxmgr/ctxmgr"
 	"github.com/ctxmgr/ctxmgr/budget"
@@ -107,7 +108,8 @@ func normHash(m *chat.Message) nhash {
 		h.Write([]byte{tag})
 		binary.LittleEndian.PutUint64(n[:], uint64(len(s)))
 		h.Write(n[:])
-		h.Write([]byte(s))
+		// The hash neither keeps nor changes its input: no copy of a large tool result.
+		h.Write(unsafe.Slice(unsafe.StringData(s), len(s)))
 	}
 	field('r', string(m.Role))
 	for i := range m.Content {
