@@ -253,16 +253,10 @@ func (s *Server) load(ctx context.Context, ps *psession, m *managed, key manager
 	return s.syncReadTool(ps, system, tools)
 }
 
-// configStore is implemented by stores that keep a session's model and configuration snapshot
-// (SQLite, PostgreSQL).
-type configStore interface {
-	PutConfig(ctx context.Context, session, model string, config []byte) error
-}
-
 // snapshotConfig records the configuration a session is managed with, best effort (it is a
 // record for operators; a failure is logged).
 func (s *Server) snapshotConfig(ctx context.Context, id string, m *managed, key managerKey) {
-	cs, ok := s.cfg.Store.(configStore)
+	cs, ok := s.cfg.Store.(store.ConfigStore)
 	if !ok {
 		return
 	}

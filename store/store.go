@@ -149,6 +149,29 @@ type EventAppender interface {
 	AppendEvent(ctx context.Context, session, kind string, body []byte) error
 }
 
+// Event is one recorded pipeline event.
+type Event struct {
+	ID   int64     `json:"id"`
+	At   time.Time `json:"at"`
+	Kind string    `json:"kind"`
+	Body []byte    `json:"body"`
+}
+
+// EventReader is implemented by the stores that keep events: Events returns a session's
+// events in the order they were recorded, none for an unknown session.
+type EventReader interface {
+	Events(ctx context.Context, session string) ([]Event, error)
+}
+
+// ConfigStore is implemented by stores that keep, next to a session, the model it is managed
+// for and a snapshot of its configuration (JSON), for operators: PutConfig records them
+// (creating the session if needed), Config returns them as stored (empty and nil if none).
+// Prune deletes them with the session.
+type ConfigStore interface {
+	PutConfig(ctx context.Context, session, model string, config []byte) error
+	Config(ctx context.Context, session string) (model string, config []byte, err error)
+}
+
 // MaxIDLen bounds session ids and keys.
 const MaxIDLen = 200
 

@@ -185,54 +185,6 @@ func TestLocationHasNoPassword(t *testing.T) {
 	}
 }
 
-func TestPruneAndEvents(t *testing.T) {
-	// Prune itself is checked by the conformance suite (storetest); this test adds what
-	// only the database stores have: events and the configuration snapshot, ages measured
-	// by the store's clock, and their deletion with the session.
-	ctx := context.Background()
-	clock := &fakeClock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
-	s := open(t, postgres.Options{Now: clock.Now})
-	if err := s.Append(ctx, "old", 0, texts("old", 3)); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.AppendEvent(ctx, "old", "compact", []byte(`{"n":1}`)); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.PutConfig(ctx, "old", "gpt-4o", []byte(`{"window":128000}`)); err != nil {
-		t.Fatal(err)
-	}
-	clock.Set(time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC))
-	if err := s.Append(ctx, "new", 0, texts("new", 1)); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.AppendEvent(ctx, "new", "append", []byte(`{}`)); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.AppendEvent(ctx, "new", "prepare", []byte(`{"tokens":5}`)); err != nil {
-		t.Fatal(err)
-	}
-	evs, err := s.Events(ctx, "new")
-	if err != nil || len(evs) != 2 || evs[0].Kind != "append" || evs[1].Kind != "prepare" || string(evs[1].Body) != `{"tokens":5}` {
-		t.Fatalf("Events: %+v, %v", evs, err)
-	}
-	if model, cfg, err := s.Config(ctx, "old"); err != nil || model != "gpt-4o" || string(cfg) != `{"window":128000}` {
-		t.Fatalf("Config: %q, %q, %v", model, cfg, err)
-	}
-	got, err := s.Prune(ctx, time.Date(2025, 2, 1, 0, 0, 0, 0, time.UTC), false)
-	if err != nil || len(got) != 1 || got[0].ID != "old" {
-		t.Fatalf("Prune: %+v, %v", got, err)
-	}
-	if evs, _ := s.Events(ctx, "old"); len(evs) != 0 {
-		t.Fatalf("pruned session still has %d events", len(evs))
-	}
-	if model, cfg, _ := s.Config(ctx, "old"); model != "" || cfg != nil {
-		t.Fatalf("pruned session still has its configuration: %q %s", model, cfg)
-	}
-	if evs, _ := s.Events(ctx, "new"); len(evs) != 2 {
-		t.Fatalf("the kept session has %d events", len(evs))
-	}
-}
-
 // TestSortOrder checks that ids sort as bytes whatever the database's collation.
 func TestSortOrder(t *testing.T) {
 	ctx := context.Background()

@@ -57,7 +57,13 @@ type Store struct {
 	closed bool
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store         = (*Store)(nil)
+	_ store.Pruner        = (*Store)(nil)
+	_ store.EventAppender = (*Store)(nil)
+	_ store.EventReader   = (*Store)(nil)
+	_ store.ConfigStore   = (*Store)(nil)
+)
 
 // Open opens (creating it 0600, and its directory 0700, if needed) the SQLite database at
 // path and migrates its schema to the current version.
@@ -736,12 +742,7 @@ func (s *Store) AppendEvent(ctx context.Context, session, kind string, body []by
 }
 
 // Event is one recorded event.
-type Event struct {
-	ID   int64     `json:"id"`
-	At   time.Time `json:"at"`
-	Kind string    `json:"kind"`
-	Body []byte    `json:"body"`
-}
+type Event = store.Event
 
 // Events returns the session's events in the order they were recorded; none for an unknown
 // session.

@@ -37,6 +37,9 @@
 //   - Prune (store.Pruner, when implemented) deletes exactly the sessions whose Updated (as
 //     Sessions reports it) is before the cut, with everything stored for them, and returns
 //     them; a dry run deletes nothing and returns the same list; a pruned id starts afresh.
+//   - Events and configuration (store.EventAppender, store.EventReader and store.ConfigStore,
+//     when implemented): events come back in the order appended; Config returns what
+//     PutConfig stored, empty and nil for none; Prune deletes both with the session.
 //   - Concurrency: appends racing from many goroutines, each retrying on ErrConflict, store
 //     every message exactly once, each batch contiguous and each goroutine's in its order.
 package storetest
@@ -106,6 +109,7 @@ func RunWith(t *testing.T, open func(t *testing.T) store.Store, opts Options) {
 		{"Canceled", testCanceled},
 		{"Closed", testClosed},
 		{"Prune", testPrune},
+		{"EventsAndConfig", testEventsAndConfig},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t)) })
@@ -1116,5 +1120,59 @@ func testPrune(t *testing.T, s store.Store) {
 	}
 	if infos, _ := s.Sessions(ctx); len(infos) != 2 {
 		t.Fatalf("a canceled Prune deleted something: %+v", infos)
+	}
+}
+
+func testEventsAndConfig(t *testing.T, s store.Store) {
+	ea, ok1 := s.(store.EventAppender)
+	er, ok2 := s.(store.EventReader)
+	cs, ok3 := s.(store.ConfigStore)
+	p, ok4 := s.(store.Pruner)
+	if !ok1 || !ok2 || !ok3 || !ok4 {
+		t.Skip("backend does not keep events and configuration")
+	}
+	ctx := context.Background()
+	mustAppend(t, s, "old", 0, texts("old", 2))
+	if err := ea.AppendEvent(ctx, "old", "compact", []byte(`{"n":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.PutConfig(ctx, "old", "gpt-4o", []byte(`{"window":128000}`)); err != nil {
+		t.Fatal(err)
+	}
+	if model, cfg, err := cs.Config(ctx, "old"); err != nil || model != "gpt-4o" || string(cfg) != `{"window":128000}` {
+		t.Fatalf("Config: %q, %q, %v", model, cfg, err)
+	}
+	if model, cfg, err := cs.Config(ctx, "unknown"); err != nil || model != "" || cfg != nil {
+		t.Fatalf("Config of an unknown session: %q, %q, %v", model, cfg, err)
+	}
+	oldInfo := sessionInfo(t, s, "old")
+	for time.Now().Before(oldInfo.Updated.Add(20 * time.Millisecond)) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	mustAppend(t, s, "new", 0, texts("new", 1))
+	for _, ev := range []struct{ kind, body string }{{"append", `{}`}, {"prepare", `{"tokens":5}`}} {
+		if err := ea.AppendEvent(ctx, "new", ev.kind, []byte(ev.body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs, err := er.Events(ctx, "new")
+	if err != nil || len(evs) != 2 || evs[0].Kind != "append" || evs[1].Kind != "prepare" || string(evs[1].Body) != `{"tokens":5}` ||
+		evs[0].ID >= evs[1].ID || evs[1].At.Before(evs[0].At) {
+		t.Fatalf("Events: %+v, %v", evs, err)
+	}
+	if evs, err := er.Events(ctx, "unknown"); err != nil || len(evs) != 0 {
+		t.Fatalf("Events of an unknown session: %+v, %v", evs, err)
+	}
+	if got, err := p.Prune(ctx, sessionInfo(t, s, "new").Updated, false); err != nil || len(got) != 1 || got[0].ID != "old" {
+		t.Fatalf("Prune: %+v, %v", got, err)
+	}
+	if evs, _ := er.Events(ctx, "old"); len(evs) != 0 {
+		t.Fatalf("a pruned session still has %d events", len(evs))
+	}
+	if model, cfg, _ := cs.Config(ctx, "old"); model != "" || cfg != nil {
+		t.Fatalf("a pruned session still has its configuration: %q %s", model, cfg)
+	}
+	if evs, _ := er.Events(ctx, "new"); len(evs) != 2 {
+		t.Fatalf("the kept session has %d events", len(evs))
 	}
 }
