@@ -90,7 +90,7 @@ A PostgreSQL URL may carry credentials; they are never printed.`,
 		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
 	cmd.PersistentFlags().StringVar(&spec, "store", defaultStore, "the store: "+storeSpecHelp)
-	cmd.AddCommand(newSessionsListCmd(&spec), newSessionsShowCmd(&spec), newSessionsExportCmd(&spec), newSessionsPruneCmd(&spec))
+	cmd.AddCommand(newSessionsListCmd(&spec), newSessionsShowCmd(&spec), newSessionsEventsCmd(&spec), newSessionsExportCmd(&spec), newSessionsPruneCmd(&spec))
 	return cmd
 }
 
@@ -168,6 +168,51 @@ func findSession(ctx context.Context, st store.Store, id string) (store.SessionI
 		}
 	}
 	return store.SessionInfo{}, fmt.Errorf("session %q: %w", id, store.ErrNotFound)
+}
+
+func newSessionsEventsCmd(spec *string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "events ID",
+		Short: "Print a session's pipeline events as JSONL",
+		Long: `Events prints what the pipeline did to a session, one JSON object a line in the order
+it happened: {"id":N,"at":"<RFC 3339>","kind":"<step>","body":{...}}, where body is the
+event as the Manager reported it (step, reason, tokens before and after, messages).
+
+Only the sqlite: and postgres:// stores keep events.`,
+		Example: `  ctxmgr sessions events my-session --store sqlite:./ctxmgr.db`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withStore(cmd, *spec, func(ctx context.Context, st store.Store) error {
+				er, ok := st.(store.EventReader)
+				if !ok {
+					return fmt.Errorf("store %s does not keep events", *spec)
+				}
+				if _, err := findSession(ctx, st, args[0]); err != nil {
+					return err
+				}
+				evs, err := er.Events(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				for _, e := range evs {
+					line := struct {
+						ID   int64           `json:"id"`
+						At   time.Time       `json:"at"`
+						Kind string          `json:"kind"`
+						Body json.RawMessage `json:"body"`
+					}{e.ID, e.At.UTC(), e.Kind, e.Body}
+					if !json.Valid(e.Body) {
+						line.Body, _ = json.Marshal(string(e.Body))
+					}
+					if err := enc.Encode(line); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		},
+	}
 }
 
 func newSessionsShowCmd(spec *string) *cobra.Command {

@@ -99,6 +99,36 @@ func TestSessionsCommands(t *testing.T) {
 		t.Fatalf("show without an id: %+v", r)
 	}
 
+	sq, err := sqlite.Open(path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = sq.AppendEvent(context.Background(), "alpha", "summarize", []byte(`{"step":"summarize","before":900,"after":300}`))
+	_ = sq.AppendEvent(context.Background(), "alpha", "note", []byte(`not json`))
+	sq.Close()
+	r = runCmd(t, "", "sessions", "events", "alpha", st)
+	evLines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if r.code != 0 || len(evLines) != 2 {
+		t.Fatalf("events: %+v", r)
+	}
+	var ev struct {
+		ID   int64          `json:"id"`
+		Kind string         `json:"kind"`
+		Body map[string]any `json:"body"`
+	}
+	if err := json.Unmarshal([]byte(evLines[0]), &ev); err != nil || ev.Kind != "summarize" || ev.Body["after"] != 300.0 {
+		t.Fatalf("events line 1: %s (%v)", evLines[0], err)
+	}
+	if !strings.Contains(evLines[1], `"body":"not json"`) {
+		t.Fatalf("events line 2 (a body that is not JSON, as a string): %s", evLines[1])
+	}
+	if r := runCmd(t, "", "sessions", "events", "nobody", st); r.code != 1 || !strings.Contains(r.stderr, "not found") {
+		t.Fatalf("events of an unknown session: %+v", r)
+	}
+	if r := runCmd(t, "", "sessions", "events", "alpha", "--store", "files:"+dir); r.code != 1 || !strings.Contains(r.stderr, "does not keep events") {
+		t.Fatalf("events on a files store: %+v", r)
+	}
+
 	r = runCmd(t, "", "sessions", "export", "alpha", st)
 	if r.code != 0 {
 		t.Fatalf("export: %+v", r)
