@@ -81,22 +81,16 @@ func isRegexSpace(r rune) bool {
 	return r > 0x7f && unicode.Is(unicode.Z, r) || r == ' '
 }
 
-// runeAt decodes the rune at s[i] and its classes.
-func runeAt(s string, i int) (rune, int, uint8) {
-	if c := s[i]; c < utf8.RuneSelf {
-		return rune(c), 1, asciiClass[c]
-	}
-	r, n := utf8.DecodeRuneInString(s[i:])
-	return r, n, classOf(r)
-}
-
 // classAt returns the classes of the rune at s[i] (0 past the end) and its size.
 func classAt(s string, i int) (uint8, int) {
 	if i >= len(s) {
 		return 0, 0
 	}
-	_, n, c := runeAt(s, i)
-	return c, n
+	if c := s[i]; c < utf8.RuneSelf {
+		return asciiClass[c], 1
+	}
+	r, n := utf8.DecodeRuneInString(s[i:])
+	return classOf(r), n
 }
 
 // runOf returns the end of the run of runes from i that all have one of the classes in want.
