@@ -312,3 +312,43 @@ func TestSideRequestsDoNotFork(t *testing.T) {
 		t.Fatalf("a rewind made %v branches, want 1", v)
 	}
 }
+
+// TestCountTokens: for a known session, /v1/messages/count_tokens answers with the tokens of
+// the request the proxy would forward (far below the client's whole history); an unknown
+// history goes to the provider.
+func TestCountTokens(t *testing.T) {
+	e := newEnv(t, fakeupstream.Options{}, Config{Window: 16000})
+	ctx := ctxT(t)
+	a := newAnthropicAgent(e.px.URL, bigOutput(20000))
+	a.meta = "count"
+	for i := 0; i < 4; i++ {
+		if _, err := a.turn(ctx, fmt.Sprintf("turn %d", i), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msgs, err := json.Marshal(a.msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"model":"claude-sonnet-4-5","metadata":{"user_id":"count"},"system":"You are a coding agent under test. Use the tools.","messages":` + string(msgs) + `}`
+	status, _, answer := postRaw(t, e.px.URL, "/v1/messages/count_tokens", body)
+	var got struct {
+		InputTokens int `json:"input_tokens"`
+	}
+	if status != 200 || json.Unmarshal(answer, &got) != nil || got.InputTokens <= 0 {
+		t.Fatalf("%d %s", status, answer)
+	}
+	req, err := wire.DecodeAnthropic([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := e.fake.Count(req)
+	if got.InputTokens >= whole || got.InputTokens > 16000 {
+		t.Fatalf("count_tokens says %d for a history of %d tokens behind a 16000 window", got.InputTokens, whole)
+	}
+	before := len(e.fake.Records())
+	unknown := `{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"never seen"}]}`
+	if status, _, answer := postRaw(t, e.px.URL, "/v1/messages/count_tokens", unknown); status == 200 && strings.Contains(string(answer), "input_tokens") && len(e.fake.Records()) == before {
+		t.Fatalf("an unknown history was answered by the proxy: %s", answer)
+	}
+}
