@@ -49,6 +49,8 @@ type Server struct {
 	sessions map[string]*psession
 	lru      *list.List
 
+	decodes *decodeCache
+
 	closed atomic.Bool
 }
 
@@ -67,6 +69,7 @@ func New(cfg Config) (*Server, error) {
 		exact:    map[string]tokens.Counter{},
 		sessions: map[string]*psession{},
 		lru:      list.New(),
+		decodes:  newDecodeCache(cfg.DecodeCacheBytes),
 	}
 	// Load the default vocabulary now rather than in the first request.
 	if c, err := tokens.ForEncoding(tokens.O200kBase); err == nil {
@@ -321,6 +324,7 @@ type exchange struct {
 	maxField string
 	bps      []breakpoint
 	bpRoom   int
+	hashes   []nhash // of dec.Messages
 
 	log        *slog.Logger
 	upstreamNS int64
@@ -359,8 +363,9 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 		return
 	}
 	x := &exchange{s: s, w: sw, r: r, format: format, log: s.log, body: body}
-	dec, derr := wire.Decode(wire.Format(format), body)
+	dec, hashes, derr := s.decodes.decode(format, body)
 	if derr == nil {
+		x.hashes = hashes
 		x.dec = dec
 		_ = json.Unmarshal(dec.Extra["model"], &x.model)
 		x.stream = boolField(dec.Extra, "stream")
@@ -494,7 +499,11 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 		x.bpRoom = maxBreakpoints - setupBreakpoints(dec.System, dec.Tools)
 	}
 	base, src := sessionKey(x.r.Header.Get(SessionHeader), dec, msgs)
-	ps, branched, err := s.openSession(ctx, base, mgr, key, dec, msgs)
+	hashes := x.hashes[:len(msgs)]
+	if len(msgs) > 0 && &msgs[0] != &dec.Messages[0] {
+		hashes = hashAll(msgs) // earlier commands and their answers were taken out
+	}
+	ps, branched, err := s.openSession(ctx, base, mgr, key, dec, msgs, hashes)
 	if err != nil {
 		return nil, info, err
 	}

@@ -462,8 +462,7 @@ func sessionKey(header string, req *chat.Request, msgs []chat.Message) (id, sour
 //     conversationID, and is not counted as a branch, so the main conversation stays whole;
 //   - a history that shares a prefix but then differs is an edit or a rewind: a branch,
 //     branchID, counted in ctxmgr_branches_total.
-func (s *Server) openSession(ctx context.Context, base string, m *managed, key managerKey, req *chat.Request, msgs []chat.Message) (*psession, bool, error) {
-	hashes := hashAll(msgs)
+func (s *Server) openSession(ctx context.Context, base string, m *managed, key managerKey, req *chat.Request, msgs []chat.Message, hashes []nhash) (*psession, bool, error) {
 	id := base
 	branched := false
 	for depth := 0; depth < 6; depth++ {
