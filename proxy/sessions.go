@@ -334,6 +334,9 @@ func (s *Server) sync(ctx context.Context, ps *psession, m *managed, key manager
 			for i := range news {
 				ps.orig += s.origTokens(c, &news[i])
 			}
+			if !offloadable(news, ps.mgr.m.Config().ToolResultCap) {
+				return nil // nothing appended was stored apart: the read tool is as it was
+			}
 			break
 		}
 		if !errors.Is(err, store.ErrConflict) || attempt > 0 {
@@ -346,6 +349,24 @@ func (s *Server) sync(ctx context.Context, ps *psession, m *managed, key manager
 		}
 	}
 	return s.syncReadTool(ps, system, tools)
+}
+
+// offloadable reports whether an appended message may have been offloaded at ingestion: a
+// tool result above the cap.
+func offloadable(msgs []chat.Message, limit int) bool {
+	for i := range msgs {
+		if msgs[i].Role != chat.RoleTool || limit <= 0 {
+			continue
+		}
+		n := 0
+		for _, p := range msgs[i].Content {
+			n += len(p.Text) + len(p.Raw)
+		}
+		if n > limit {
+			return true
+		}
+	}
+	return false
 }
 
 // storedCopies returns the messages as the session stores them: without cache breakpoints,
