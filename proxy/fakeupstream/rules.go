@@ -16,6 +16,9 @@ const (
 	RuleParse = "parse"
 	// RuleMaxTokens: an Anthropic request without max_tokens.
 	RuleMaxTokens = "max_tokens"
+	// RuleEmpty: an Anthropic message with empty content (other than a final assistant
+	// message), or a text block with empty text.
+	RuleEmpty = "empty_content"
 	// RuleRole: a message role the API does not accept.
 	RuleRole = "role"
 	// RuleCacheControl: more than MaxCacheControl blocks with cache_control in one Anthropic request.
