@@ -654,18 +654,30 @@ func (x *exchange) followUp(ctx context.Context, asst chat.Message, calls []read
 		room -= x.window / 50 // the margin of estimated counters
 	}
 	per := room / max(1, len(calls))
+	if per < 64 {
+		return x.withoutRead()
+	}
 	for _, c := range calls {
-		var text string
-		isErr := false
-		if per < 64 {
-			text, isErr = "ctxmgr_read: no room left in the context window for this read; answer with what you have.", true
-		} else {
-			text, isErr = x.s.answerRead(ctx, x.id, x.mgr, x.sess, c.Args, per, counter)
-		}
+		text, isErr := x.s.answerRead(ctx, x.id, x.mgr, x.sess, c.Args, per, counter)
 		x.reads++
 		msgs = append(msgs, chat.ToolResult(c.ID, readToolName, text, isErr))
 	}
-	return x.encode(chat.Request{System: req.System, Tools: req.Tools, Messages: msgs}, 0)
+	next := chat.Request{System: req.System, Tools: req.Tools, Messages: msgs}
+	if limit := x.window - x.maxOut - x.window/50; x.window > 0 && counter.Request(&next).Total > limit {
+		return x.withoutRead()
+	}
+	return x.encode(next, 0)
+}
+
+// withoutRead is the follow-up when a ctxmgr_read result has no room in the window: the
+// request sent before, which fit, without the read tool, so that the model answers with what
+// it has. Adding the call and a "no room" result instead could exceed the window (invariant
+// 2), and a placeholder must never become the assistant's reply.
+func (x *exchange) withoutRead() ([]byte, error) {
+	x.readTool = false
+	req := x.sent
+	x.log.Debug("proxy: no room for a ctxmgr_read result; asking again without the read tool")
+	return x.encode(chat.Request{System: req.System, Tools: stripReadTool(req.Tools), Messages: req.Messages}, 0)
 }
 
 // usageOf returns the input tokens a provider reports in a non-streamed answer: OpenAI
