@@ -76,6 +76,9 @@ func New(cfg Config) (*Server, error) {
 	reg := cfg.Registry
 	if reg == nil {
 		r := prometheus.NewRegistry()
+		if err := registerRuntime(r); err != nil {
+			return nil, fmt.Errorf("proxy: metrics: %w", err)
+		}
 		reg, s.gatherer = r, r
 	} else if g, ok := reg.(prometheus.Gatherer); ok {
 		s.gatherer = g
@@ -233,13 +236,13 @@ func (s *Server) handlePassthrough(w http.ResponseWriter, r *http.Request) {
 	}
 	target, err := targetURL(base, r)
 	if err != nil {
-		writeError(w, f, http.StatusBadGateway, "api_error", err.Error())
+		writeError(w, f, http.StatusBadGateway, "api_error", RedactText(err.Error()))
 		return
 	}
 	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	req, err := http.NewRequestWithContext(r.Context(), r.Method, target, body)
 	if err != nil {
-		writeError(w, f, http.StatusBadRequest, "invalid_request_error", err.Error())
+		writeError(w, f, http.StatusBadRequest, "invalid_request_error", RedactText(err.Error()))
 		return
 	}
 	copyRequestHeaders(req.Header, r.Header)
@@ -251,8 +254,9 @@ func (s *Server) handlePassthrough(w http.ResponseWriter, r *http.Request) {
 			writeError(w, f, http.StatusRequestEntityTooLarge, "request_too_large", fmt.Sprintf("request body above %d bytes", s.cfg.MaxBodyBytes))
 			return
 		}
-		s.log.Warn("proxy: upstream unreachable", slog.String("path", r.URL.Path), slog.String("error", err.Error()))
-		writeError(w, f, http.StatusBadGateway, "api_error", "upstream unreachable: "+err.Error())
+		msg := RedactText(err.Error())
+		s.log.Warn("proxy: upstream unreachable", slog.String("path", r.URL.Path), slog.String("error", msg))
+		writeError(w, f, http.StatusBadGateway, "api_error", "upstream unreachable: "+msg)
 		return
 	}
 	defer resp.Body.Close()
@@ -351,7 +355,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 		return
 	}
 	if x.target, err = targetURL(base, r); err != nil {
-		writeError(sw, format, http.StatusBadGateway, "api_error", err.Error())
+		writeError(sw, format, http.StatusBadGateway, "api_error", RedactText(err.Error()))
 		return
 	}
 	if derr != nil {
@@ -468,8 +472,10 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 		x.sent, x.sentN = *dec, p.Report.InputAfter
 		x.sent.System, x.sent.Tools, x.sent.Messages = p.Request.System, p.Request.Tools, p.Request.Messages
 		info = append(info, slog.Bool("verbatim", true))
+		logDecision(ctx, x.log, &p.Report, true)
 		return x.body, info, nil
 	}
+	logDecision(ctx, x.log, &p.Report, false)
 	out, err := x.encode(p.Request, p.Report.InputAfter)
 	if err != nil {
 		return nil, info, err
@@ -522,8 +528,9 @@ func (x *exchange) forward(ctx context.Context, body []byte) {
 			if ctx.Err() != nil {
 				return
 			}
-			x.log.Warn("proxy: upstream unreachable", slog.String("error", err.Error()))
-			writeError(x.w, x.format, http.StatusBadGateway, "api_error", "upstream unreachable: "+err.Error())
+			msg := RedactText(err.Error())
+			x.log.Warn("proxy: upstream unreachable", slog.String("error", msg))
+			writeError(x.w, x.format, http.StatusBadGateway, "api_error", "upstream unreachable: "+msg)
 			return
 		}
 		if resp.StatusCode < 200 || resp.StatusCode > 299 {
