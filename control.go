@@ -151,7 +151,7 @@ func (m *Manager) Clear(ctx context.Context, s *Session) error {
 		if err != nil {
 			return m.storeErr("archive", err)
 		}
-		s.archives = append(s.archives, archiveRange{From: r[0], To: r[1], Where: loc})
+		s.archives = mergeRanges(append(s.archives, archiveRange{From: r[0], To: r[1], Where: loc}))
 	}
 	v := 1
 	if s.summary != nil {

@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -37,6 +37,8 @@ type serveOptions struct {
 	logLevel          string
 	addrFile          string
 	disableReadTool   bool
+	limits            proxy.Limits
+	pprof             string
 }
 
 func newServeCmd() *cobra.Command {
@@ -95,6 +97,12 @@ requests and streams finish (up to --shutdown-timeout).`,
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&o.addrFile, "addr-file", "", "write the address listened on to this file once listening")
 	f.BoolVar(&o.disableReadTool, "disable-read-tool", false, "never inject the ctxmgr_read tool (offload references then name store locations only)")
+	f.DurationVar(&o.limits.ReadHeaderTimeout, "read-header-timeout", proxy.DefaultReadHeaderTimeout, "how long a client may take to send a request's headers")
+	f.DurationVar(&o.limits.ReadTimeout, "read-timeout", proxy.DefaultReadTimeout, "how long a client may take to send a whole request, body included")
+	f.DurationVar(&o.limits.WriteTimeout, "write-timeout", proxy.DefaultWriteTimeout, "how long each write of an answer may take (a stream gets it anew for every event)")
+	f.DurationVar(&o.limits.IdleTimeout, "idle-timeout", proxy.DefaultIdleTimeout, "how long a keep-alive connection may wait for its next request")
+	f.IntVar(&o.limits.MaxConns, "max-conns", proxy.DefaultMaxConns, "connections served at once (more wait to be accepted)")
+	f.StringVar(&o.pprof, "pprof", "", "serve net/http/pprof on this address, e.g. 127.0.0.1:6060 (off by default; never expose it publicly)")
 	return cmd
 }
 
@@ -154,6 +162,9 @@ func runServe(cmd *cobra.Command, o *serveOptions) error {
 	if o.window < 0 || o.maxOutput < 0 || o.maxBodyBytes <= 0 {
 		return usageErrorf("--window, --max-output and --max-body-bytes must not be negative")
 	}
+	if err := o.limits.Validate(); err != nil {
+		return usageErrorf("--max-conns: %v", err)
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
 		return usageErrorf("--log-level %q: %v", o.logLevel, err)
@@ -206,15 +217,26 @@ func runServe(cmd *cobra.Command, o *serveOptions) error {
 			return err
 		}
 	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
-	logger.Info("ctxmgr serve: listening", slog.String("addr", "http://"+addr), slog.String("store", redactStore(o.store)),
-		slog.String("upstream_openai", o.upstreamOpenAI), slog.String("upstream_anthropic", o.upstreamAnthropic),
-		slog.Int("window", o.window), slog.String("preset", o.preset))
+	hs := proxy.NewHTTPServer(srv.Handler(), o.limits, slog.NewLogLogger(logger.Handler(), slog.LevelWarn))
+	lim := o.limits.WithDefaults()
+	logger.Info("ctxmgr serve: listening", slog.String("addr", "http://"+addr), slog.String("store", proxy.RedactURL(o.store)),
+		slog.String("upstream_openai", proxy.RedactURL(o.upstreamOpenAI)), slog.String("upstream_anthropic", proxy.RedactURL(o.upstreamAnthropic)),
+		slog.Int("window", o.window), slog.String("preset", o.preset),
+		slog.Duration("read_timeout", lim.ReadTimeout), slog.Duration("write_timeout", lim.WriteTimeout),
+		slog.Duration("idle_timeout", lim.IdleTimeout), slog.Int("max_conns", lim.MaxConns))
+	if o.pprof != "" {
+		stopPprof, err := servePprof(o.pprof, logger)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("--pprof: %w", err)
+		}
+		defer stopPprof()
+	}
 	// Offloaded tool results expire after their retention (5 days by default): clean them up
 	// now and every hour while serving.
 	go runCleanup(ctx, st, time.Hour, logger)
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() { errc <- hs.Serve(proxy.LimitListener(ln, o.limits)) }()
 	select {
 	case err := <-errc:
 		if !errors.Is(err, http.ErrServerClosed) {
@@ -255,13 +277,21 @@ func runCleanup(ctx context.Context, st store.Store, interval time.Duration, log
 	}
 }
 
-// redactStore hides a password in a postgres:// store spec.
-func redactStore(spec string) string {
-	if u, err := url.Parse(spec); err == nil && u.User != nil {
-		if _, ok := u.User.Password(); ok {
-			u.User = url.UserPassword(u.User.Username(), "xxxxx")
-			return u.String()
-		}
+// servePprof serves the net/http/pprof handlers on addr (their own mux, never the proxy's)
+// until the returned function is called.
+func servePprof(addr string, logger *slog.Logger) (func(), error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
 	}
-	return spec
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: proxy.DefaultReadHeaderTimeout}
+	logger.Info("ctxmgr serve: pprof listening", slog.String("addr", "http://"+ln.Addr().String()+"/debug/pprof/"))
+	go func() { _ = hs.Serve(ln) }()
+	return func() { _ = hs.Close() }, nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ctxmgr/ctxmgr"
 	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/proxy"
 	"github.com/ctxmgr/ctxmgr/store"
 	"github.com/ctxmgr/ctxmgr/store/postgres"
 	"github.com/ctxmgr/ctxmgr/store/sqlite"
@@ -47,7 +48,7 @@ func openStore(ctx context.Context, spec string) (store.Store, error) {
 		}
 		return store.OpenFiles(dir, store.FileOptions{})
 	}
-	return nil, usageErrorf("--store %q: want %s", spec, storeSpecHelp)
+	return nil, usageErrorf("--store %q: want %s", proxy.RedactURL(spec), storeSpecHelp)
 }
 
 // openExisting is openStore for commands that only read or delete: a SQLite file or store
