@@ -88,6 +88,8 @@ func New(cfg Config) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.handleChat(w, r, FormatOpenAI) })
 	mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { s.handleChat(w, r, FormatAnthropic) })
+	mux.HandleFunc("POST /v1/responses", func(w http.ResponseWriter, r *http.Request) { s.handleChat(w, r, FormatResponses) })
+	mux.HandleFunc("POST /v1/responses/input_tokens", s.handleInputTokens)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "ok\n")
@@ -361,6 +363,13 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 		x.forward(r.Context(), body)
 		return
 	}
+	if reason := providerState(format, dec); reason != "" {
+		// The history lives on the provider (responses.go): nothing to manage here.
+		s.metrics.unmanaged.WithLabelValues("provider_state").Inc()
+		attrs = append(attrs, slog.String("unmanaged", reason))
+		x.forward(r.Context(), body)
+		return
+	}
 
 	out, info, err := s.manage(r.Context(), x)
 	attrs = append(attrs, info...)
@@ -402,7 +411,7 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 	dec := x.dec
 	var info []slog.Attr
 	window, maxOut := s.cfg.limits(x.model)
-	for _, k := range []string{"max_completion_tokens", "max_tokens"} {
+	for _, k := range []string{"max_completion_tokens", "max_tokens", "max_output_tokens"} {
 		var n int
 		if json.Unmarshal(dec.Extra[k], &n) == nil && n > 0 {
 			maxOut = n
@@ -689,8 +698,11 @@ type usage struct {
 }
 
 func (u *usage) input(f Format) int {
-	if f == FormatAnthropic {
+	switch f {
+	case FormatAnthropic:
 		return u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens
+	case FormatResponses:
+		return u.InputTokens // cached tokens included
 	}
 	return u.PromptTokens
 }

@@ -101,6 +101,8 @@ type Server struct {
 
 	mu      sync.Mutex
 	records []Record
+
+	resp responsesState // the Responses API's memory (responses.go)
 }
 
 // New returns a fake upstream.
@@ -153,6 +155,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serveChat(w, r, wire.OpenAI)
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages":
 		s.serveChat(w, r, wire.Anthropic)
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/responses":
+		s.serveResponses(w, r)
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/responses/input_tokens":
+		s.serveInputTokens(w, r)
 	default:
 		http.Error(w, `{"error":{"message":"Unknown request URL","type":"invalid_request_error"}}`, http.StatusNotFound)
 	}
