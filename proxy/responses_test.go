@@ -493,3 +493,167 @@ func TestFakeResponsesStrict(t *testing.T) {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
 }
+
+// responsesEvents renders a response's stream as the API does: output items (reasoning,
+// messages, function calls) each announced, filled and done, then response.completed.
+func responsesEvents(id string, items ...map[string]any) []sse.Event {
+	var evs []sse.Event
+	seq := 0
+	add := func(typ string, v map[string]any) {
+		v["type"], v["sequence_number"] = typ, seq
+		seq++
+		b, _ := json.Marshal(v)
+		evs = append(evs, sse.Event{Name: typ, Data: b, Raw: sse.Format(typ, b)})
+	}
+	add("response.created", map[string]any{"response": map[string]any{"id": id, "status": "in_progress", "output": []any{}}})
+	var out []any
+	for i, it := range items {
+		add("response.output_item.added", map[string]any{"output_index": i, "item": it})
+		if it["type"] == "function_call" {
+			add("response.function_call_arguments.delta", map[string]any{"output_index": i, "item_id": it["id"], "delta": it["arguments"]})
+			add("response.function_call_arguments.done", map[string]any{"output_index": i, "item_id": it["id"], "arguments": it["arguments"]})
+		}
+		add("response.output_item.done", map[string]any{"output_index": i, "item": it})
+		out = append(out, it)
+	}
+	add("response.completed", map[string]any{"response": map[string]any{"id": id, "status": "completed", "output": out,
+		"usage": map[string]any{"input_tokens": 1234}}})
+	return evs
+}
+
+type seenEvent struct {
+	Type     string              `json:"type"`
+	Seq      int                 `json:"sequence_number"`
+	Index    *int                `json:"output_index"`
+	Item     map[string]any      `json:"item"`
+	Response *responses.Response `json:"response"`
+}
+
+func runFilter(t *testing.T, f streamFilter, evs []sse.Event) []seenEvent {
+	t.Helper()
+	var out []seenEvent
+	for _, ev := range evs {
+		b := f.event(ev)
+		if b == nil {
+			continue
+		}
+		rd := sse.NewReader(bytes.NewReader(b))
+		for {
+			e, err := rd.Next()
+			if err != nil {
+				break
+			}
+			var s seenEvent
+			if err := json.Unmarshal(e.Data, &s); err != nil {
+				t.Fatalf("%v: %s", err, e.Data)
+			}
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// TestResponsesFilter: the stream filter holds ctxmgr_read calls back, continues the client's
+// stream with the follow-up (one response id, output indices and sequence numbers continued,
+// a response.completed listing what the client got), and lets mixed answers through without
+// the read calls.
+func TestResponsesFilter(t *testing.T) {
+	reasoning := map[string]any{"type": "reasoning", "id": "rs_1", "summary": []any{}, "encrypted_content": "gAAA"}
+	read := map[string]any{"type": "function_call", "id": "fc_r", "call_id": "call_r", "name": readToolName, "arguments": `{"ref":"x"}`, "status": "completed"}
+	text := func(id, s string) map[string]any {
+		return map[string]any{"type": "message", "id": id, "role": "assistant", "status": "completed",
+			"content": []any{map[string]any{"type": "output_text", "text": s, "annotations": []any{}}}}
+	}
+	f := newFilter(FormatResponses, true)
+	got := runFilter(t, f, responsesEvents("resp_1", reasoning, text("msg_1", "let me look"), read))
+	asst, calls := f.pending()
+	if len(calls) != 1 || calls[0].ID != "call_r" || calls[0].Args != `{"ref":"x"}` || f.usage() != 1234 {
+		t.Fatalf("calls %+v usage %d", calls, f.usage())
+	}
+	if len(asst.ToolCalls) != 1 || asst.Text() != "let me look" || len(asst.Content) != 2 || string(asst.Content[0].Raw) == "" {
+		t.Fatalf("assistant %+v", asst)
+	}
+	f.next()
+	got = append(got, runFilter(t, f, responsesEvents("resp_2", text("msg_2", "Read back: it")))...)
+	if _, calls := f.pending(); len(calls) != 0 {
+		t.Fatalf("second round pending %v", calls)
+	}
+	var types []string
+	for i, e := range got {
+		if e.Seq != i {
+			t.Fatalf("event %d (%s) has sequence_number %d", i, e.Type, e.Seq)
+		}
+		if e.Item != nil && e.Item["name"] == readToolName {
+			t.Fatalf("the client saw the read call")
+		}
+		types = append(types, e.Type)
+	}
+	want := "response.created response.output_item.added response.output_item.done response.output_item.added response.output_item.done " +
+		"response.output_item.added response.output_item.done response.completed"
+	if strings.Join(types, " ") != want {
+		t.Fatalf("events:\n%s\nwant\n%s", strings.Join(types, " "), want)
+	}
+	if *got[5].Index != 2 {
+		t.Fatalf("follow-up item at output_index %d, want 2", *got[5].Index)
+	}
+	final := got[len(got)-1].Response
+	if final.ID != "resp_1" || len(final.Output) != 3 || final.Output[2].ID != "msg_2" {
+		t.Fatalf("completed %+v", final)
+	}
+
+	// Mixed: a read call beside a client call goes to the client without the read call.
+	f = newFilter(FormatResponses, true)
+	other := map[string]any{"type": "function_call", "id": "fc_o", "call_id": "call_o", "name": "run_command", "arguments": "{}", "status": "completed"}
+	got = runFilter(t, f, responsesEvents("resp_3", read, other))
+	if _, calls := f.pending(); len(calls) != 0 {
+		t.Fatalf("mixed answer held")
+	}
+	final = got[len(got)-1].Response
+	if len(final.Output) != 1 || final.Output[0].Name != "run_command" || *got[1].Index != 0 {
+		t.Fatalf("mixed: %+v", got)
+	}
+
+	// Abort: a held stream ends with a note and a response.completed.
+	f = newFilter(FormatResponses, true)
+	got = runFilter(t, f, responsesEvents("resp_4", read))
+	b := f.abort("\n[ctxmgr: limit]")
+	rd := sse.NewReader(bytes.NewReader(b))
+	var last sse.Event
+	n := len(got)
+	for {
+		e, err := rd.Next()
+		if err != nil {
+			break
+		}
+		var s seenEvent
+		_ = json.Unmarshal(e.Data, &s)
+		if s.Seq != n {
+			t.Fatalf("abort event %s seq %d, want %d", s.Type, s.Seq, n)
+		}
+		n++
+		last = e
+	}
+	var done seenEvent
+	_ = json.Unmarshal(last.Data, &done)
+	if done.Type != "response.completed" || done.Response.ID != "resp_4" || done.Response.OutputText() != "[ctxmgr: limit]" {
+		t.Fatalf("abort ends with %s", last.Data)
+	}
+}
+
+// TestResponsesStripReads: a non-streamed answer that could not be followed up loses its
+// read calls; one left empty gets a note.
+func TestResponsesStripReads(t *testing.T) {
+	data := []byte(`{"id":"resp_1","object":"response","output":[{"type":"reasoning","id":"rs","summary":[]},` +
+		`{"type":"function_call","id":"fc","call_id":"c","name":"ctxmgr_read","arguments":"{}"}]}`)
+	m, calls, mixed, ok := findReads(FormatResponses, data)
+	if !ok || mixed || len(calls) != 1 || len(m.ToolCalls) != 1 {
+		t.Fatalf("findReads: %+v %v %v %v", m, calls, mixed, ok)
+	}
+	var r responses.Response
+	if err := json.Unmarshal(stripReads(FormatResponses, data), &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Output) != 2 || r.Output[0].Type != "reasoning" || !strings.Contains(r.OutputText(), "could not be read back") {
+		t.Fatalf("stripped: %+v", r.Output)
+	}
+}
