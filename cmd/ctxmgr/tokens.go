@@ -97,10 +97,10 @@ func runTokens(cmd *cobra.Command, o *tokensOptions, args []string) error {
 			return usageErrorf("--format needs --messages")
 		}
 		switch f := wire.Format(strings.ToLower(o.format)); f {
-		case wire.OpenAI, wire.Anthropic:
+		case wire.OpenAI, wire.Anthropic, wire.Responses:
 			format = f
 		default:
-			return usageErrorf("invalid --format %q: want %s or %s", o.format, wire.OpenAI, wire.Anthropic)
+			return usageErrorf("invalid --format %q: want %s, %s or %s", o.format, wire.OpenAI, wire.Anthropic, wire.Responses)
 		}
 	}
 	if o.messages && len(args) > 1 {
