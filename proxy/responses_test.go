@@ -251,6 +251,8 @@ func TestResponsesLongConversation(t *testing.T) {
 			if raw < 5*window {
 				t.Fatalf("history of %d tokens does not far exceed the window %d", raw, window)
 			}
+			t.Logf("history %d tokens in %d messages; %d upstream requests, largest %d tokens + %d max output; summary v%d, %d evicted, %d offloaded",
+				raw, st.Total, len(recs), maxTokens(recs), a.maxOut, st.SummaryVersion, st.Evicted, len(st.Offloads))
 			// Usage is read from usage.input_tokens: the exact counter's estimate matches.
 			if n, sum := histogram(e.srv.metrics.usageRatio.WithLabelValues("exact")); n == 0 || sum != float64(n) {
 				t.Errorf("usage ratio (exact): %d observations, sum %v", n, sum)
