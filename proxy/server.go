@@ -95,6 +95,8 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.handleChat(w, r, FormatOpenAI) })
 	mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { s.handleChat(w, r, FormatAnthropic) })
 	mux.HandleFunc("POST /v1/messages/count_tokens", s.handleCountTokens(FormatAnthropic))
+	mux.HandleFunc("POST /v1/responses", func(w http.ResponseWriter, r *http.Request) { s.handleChat(w, r, FormatResponses) })
+	mux.HandleFunc("POST /v1/responses/input_tokens", s.handleCountTokens(FormatResponses))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "ok\n")
@@ -390,6 +392,13 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 		// Not a body the proxy understands: the upstream gives the real error.
 		s.metrics.unmanaged.WithLabelValues(ReasonDecode).Inc()
 		attrs = append(attrs, slog.Bool("managed", false), slog.String("reason", ReasonDecode), slog.String("unmanaged", derr.Error()))
+		x.forward(r.Context(), body)
+		return
+	}
+	if reason := providerState(format, dec); reason != "" {
+		// The history lives on the provider (responses.go): nothing to manage here.
+		s.metrics.unmanaged.WithLabelValues(ReasonProviderState).Inc()
+		attrs = append(attrs, slog.Bool("managed", false), slog.String("reason", ReasonProviderState), slog.String("unmanaged", reason))
 		x.forward(r.Context(), body)
 		return
 	}
@@ -770,7 +779,11 @@ func (x *exchange) followUp(ctx context.Context, asst chat.Message, calls []read
 	for _, c := range calls {
 		text, isErr := x.s.answerRead(ctx, x.id, x.mgr, x.sess, c.Args, per, counter)
 		x.reads++
-		msgs = append(msgs, chat.ToolResult(c.ID, readToolName, text, isErr))
+		res := chat.ToolResult(c.ID, readToolName, text, isErr)
+		if x.format == FormatResponses {
+			res.Name = "" // outputs carry no name there: count what is sent
+		}
+		msgs = append(msgs, res)
 	}
 	next := chat.Request{System: req.System, Tools: req.Tools, Messages: msgs}
 	if limit := x.window - x.maxOut - x.window/50; x.window > 0 && counter.Request(&next).Total > limit {
@@ -811,8 +824,11 @@ type usage struct {
 }
 
 func (u *usage) input(f Format) int {
-	if f == FormatAnthropic {
+	switch f {
+	case FormatAnthropic:
 		return u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens
+	case FormatResponses:
+		return u.InputTokens // cached tokens included
 	}
 	return u.PromptTokens
 }
