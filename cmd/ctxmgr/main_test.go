@@ -102,7 +102,9 @@ func TestTokensText(t *testing.T) {
 		{name: "bad format", args: []string{"tokens", "--messages", "--format", "xml"}, code: 2, stderr: []string{`invalid --format "xml"`}},
 		{name: "messages with two files", args: []string{"tokens", "--messages", "a", "b"}, code: 2, stderr: []string{"at most one FILE"}},
 		{name: "missing file", args: []string{"tokens", "/nonexistent/file.txt"}, code: 1, stderr: []string{"ctxmgr: ", "/nonexistent/file.txt"}},
-		{name: "version", args: []string{"--version"}, stdout: "ctxmgr " + buildVersion() + "\n"},
+		{name: "version", args: []string{"--version"}, stdout: "ctxmgr " + readVersionInfo().String() + "\n"},
+		{name: "version command", args: []string{"version"}, stdout: "ctxmgr " + readVersionInfo().String() + "\n"},
+		{name: "version -v", args: []string{"-v"}, stdout: "ctxmgr " + readVersionInfo().String() + "\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
