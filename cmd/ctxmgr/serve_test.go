@@ -257,3 +257,47 @@ func TestServeLLMSummarizer(t *testing.T) {
 		})
 	}
 }
+
+// TestSessionsShowMatchesContext: for a session made by serve, `sessions show` reads the
+// configuration serve recorded and prints the regions, window and use /context prints.
+func TestSessionsShowMatchesContext(t *testing.T) {
+	upstream := httptest.NewServer(&fakeLLM{})
+	defer upstream.Close()
+	db := "sqlite:" + filepath.Join(t.TempDir(), "s.db")
+	addr, _ := startServe(t, "--upstream-openai", upstream.URL, "--store", db)
+	msgs := []map[string]string{{"role": "system", "content": "You are a careful coding agent. Answer briefly."}}
+	a := chatOnce(t, addr, "same", msgs, "What does parse() do in main.go?")
+	msgs = append(msgs, map[string]string{"role": "user", "content": "What does parse() do in main.go?"}, map[string]string{"role": "assistant", "content": a})
+	report := chatOnce(t, addr, "same", msgs, "/context")
+	var sys, tools, summ, hist, input, window int
+	var used float64
+	i := strings.Index(report, "Tokens: ")
+	if i < 0 {
+		t.Fatalf("/context: %q", report)
+	}
+	if _, err := fmt.Sscanf(report[i:], "Tokens: system %d, tools %d, summary %d, history %d; input %d of window %d (%f%% used)",
+		&sys, &tools, &summ, &hist, &input, &window, &used); err != nil {
+		t.Fatalf("/context %q: %v", report, err)
+	}
+	if window != 128000 || sys == 0 {
+		t.Errorf("/context: window %d, system %d; want gpt-4o's 128000 and a counted system prompt", window, sys)
+	}
+	r := runCmd(t, "", "sessions", "show", "same", "--store", db)
+	if r.code != 0 {
+		t.Fatalf("sessions show: %+v", r)
+	}
+	var got showOutput
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Regions.System != sys || got.Regions.Tools != tools || got.Window != window || got.ConfigFrom != "snapshot" || got.Counter != "o200k_base" {
+		t.Errorf("sessions show: system %d tools %d window %d from %s counter %s; /context: system %d tools %d window %d\n%s\n%s",
+			got.Regions.System, got.Regions.Tools, got.Window, got.ConfigFrom, got.Counter, sys, tools, window, r.stdout, report)
+	}
+	if got.Input != input || got.Regions.History != hist || got.Regions.Summary != summ {
+		t.Errorf("sessions show input %d, history %d, summary %d; /context: %d, %d, %d", got.Input, got.Regions.History, got.Regions.Summary, input, hist, summ)
+	}
+	if want := float64(got.Input) * 100 / float64(got.Window); got.UsePercent != want {
+		t.Errorf("use_percent %v, want input/window %v (the reply reserve is not used)", got.UsePercent, want)
+	}
+}
