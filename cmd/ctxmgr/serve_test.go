@@ -140,6 +140,7 @@ type fakeLLM struct {
 	summaries int
 	auth      []string
 	status    int
+	failFrom  int // with status: fail only the summaries from this one on (1-based; 0: all)
 }
 
 func (f *fakeLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -160,6 +161,9 @@ func (f *fakeLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.summaries++
 		f.auth = append(f.auth, r.Header.Get("Authorization"))
 		status := f.status
+		if f.failFrom > 0 && f.summaries < f.failFrom {
+			status = 0
+		}
 		f.mu.Unlock()
 		if status != 0 {
 			http.Error(w, `{"error":{"message":"invalid api key"}}`, status)
