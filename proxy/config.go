@@ -277,7 +277,8 @@ func longestPrefix(list []ModelLimits, model string) (ModelLimits, bool) {
 //	  "shutdown_timeout": "30s",
 //	  "routes": [{"model_prefix": "llama", "format": "openai", "url": "http://127.0.0.1:8080"}],
 //	  "models": [{"prefix": "gpt-4o", "window": 128000, "max_output": 16384},
-//	             {"prefix": "claude-", "window": 200000, "max_output": 32000}]
+//	             {"prefix": "claude-", "window": 200000, "max_output": 32000}],
+//	  "summarizer": {"format": "openai", "model": "gpt-4o-mini", "key_env": "OPENAI_API_KEY", "timeout": "60s"}
 //	}
 type FileConfig struct {
 	Listen            string        `json:"listen,omitempty"`

@@ -305,3 +305,24 @@ func TestSessionsShowMatchesContext(t *testing.T) {
 		t.Errorf("use_percent %v, want input/window %v (the reply reserve is not used)", got.UsePercent, want)
 	}
 }
+
+// TestServeSummarizerFromConfig: the config file's "summarizer" object configures the LLM
+// summarizer as the flags do; "key_env": "" sends no key; a flag overrides the file.
+func TestServeSummarizerFromConfig(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "ctxmgr.json", `{"upstream_anthropic": "http://127.0.0.1:1", "store": "sqlite:`+filepath.Join(dir, "s.db")+`",
+		"summarizer": {"model": "claude-haiku-4-5", "key_env": "", "timeout": "20s"}}`)
+	_, log := startServe(t, "--config", cfg)
+	want := `summarizer="LLM claude-haiku-4-5 (anthropic) at http://127.0.0.1:1, no API key, timeout 20s per attempt`
+	if !strings.Contains(log.String(), want) {
+		t.Errorf("log %q does not contain %q", log.String(), want)
+	}
+	_, log = startServe(t, "--config", cfg, "--summarizer-timeout", "5s", "--store", "sqlite:"+filepath.Join(dir, "t.db"))
+	if !strings.Contains(log.String(), "timeout 5s per attempt") {
+		t.Errorf("the flag did not override the file: %q", log.String())
+	}
+	bad := writeFile(t, dir, "bad.json", `{"upstream_openai": "http://127.0.0.1:1", "summarizer": {"url": "http://127.0.0.1:2"}}`)
+	if r := runCmd(t, "", "serve", "--config", bad, "--store", "sqlite:"+filepath.Join(dir, "u.db")); r.code != exitUsage || !strings.Contains(r.stderr, "summarizer: needs a model") {
+		t.Errorf("a summarizer without a model: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
