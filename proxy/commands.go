@@ -168,8 +168,12 @@ func contextReport(ps *psession, st ctxmgr.Stats, readTool bool, summarizer stri
 	}
 	fmt.Fprintf(&b, "Messages in context: %s; %d appended in all, %d evicted into the summary.\n", strings.Join(parts, ", "), st.Total, st.Evicted)
 	fmt.Fprintf(&b, "Tool results: %d offloaded, %d masked, %d truncated.\n", st.Offloaded, st.Masked, st.Truncated)
-	fmt.Fprintf(&b, "Tokens: system %d, tools %d, summary %d, history %d; input %d of window %d (%.1f%% used), %d more reserved for the reply.\n",
-		st.Regions.System, st.Regions.Tools, st.Regions.Summary, st.Regions.History, st.Input, st.Window, st.UsePercent, st.MaxOutput)
+	used := fmt.Sprintf("%.1f%%", st.UsePercent)
+	if st.UsePercent > 0 && st.UsePercent < 0.1 {
+		used = "under 0.1%"
+	}
+	fmt.Fprintf(&b, "Tokens: system %d, tools %d, summary %d, history %d; input %d of window %d (%s used), %d more reserved for the reply.\n",
+		st.Regions.System, st.Regions.Tools, st.Regions.Summary, st.Regions.History, st.Input, st.Window, used, st.MaxOutput)
 	if sum := ps.sess.Summary(); st.SummaryVersion > 0 && sum != nil && sum.Summarizer != "" {
 		fmt.Fprintf(&b, "Summary: version %d, written by %s.\n", st.SummaryVersion, sum.Summarizer)
 	} else if st.SummaryVersion > 0 {

@@ -42,11 +42,11 @@ the extractive summary stands in and the fallback is logged and counted in
 ctxmgr_summarizer_fallbacks_total. /context names the summarizer.`
 
 func addSummarizerFlags(f *pflag.FlagSet, o *summarizerOptions) {
-	f.StringVar(&o.model, "summarizer-model", "", "summarize with this LLM (e.g. gpt-4o-mini, claude-haiku-4-5); default: the extractive summarizer")
-	f.StringVar(&o.format, "summarizer", "", "API format of the summarizer: openai or anthropic (default: the format of the one upstream given; openai when both are)")
-	f.StringVar(&o.url, "summarizer-url", "", "API root of the summarizer (default: the upstream of its format)")
-	f.StringVar(&o.keyEnv, "summarizer-key-env", "", `environment variable holding the summarizer's API key (default OPENAI_API_KEY or ANTHROPIC_API_KEY; "" for none)`)
-	f.DurationVar(&o.timeout, "summarizer-timeout", 60*time.Second, "bound on each summarizer call (3 attempts, then the extractive fallback)")
+	f.StringVar(&o.model, "summarizer-model", "", "LLM that writes summaries, e.g. gpt-4o-mini (default: the extractive summarizer)")
+	f.StringVar(&o.format, "summarizer", "", "summarizer API format: openai or anthropic (default: the upstream's; openai if both)")
+	f.StringVar(&o.url, "summarizer-url", "", "summarizer API root (default: the upstream of its format)")
+	f.StringVar(&o.keyEnv, "summarizer-key-env", "", `variable with the summarizer's API key (default OPENAI_API_KEY/ANTHROPIC_API_KEY; "": none)`)
+	f.DurationVar(&o.timeout, "summarizer-timeout", 60*time.Second, "bound on each of the 3 summarizer attempts before the extractive fallback")
 }
 
 // mergeSummarizerConfig fills the options from the config file's "summarizer" where the flag
