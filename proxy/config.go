@@ -69,10 +69,14 @@ type Config struct {
 	Preset string
 	// Summarizer, if set, replaces the preset's (extractive) summarizer.
 	Summarizer summarize.Summarizer
-	// SummarizerName describes Summarizer in /context, e.g. "llm gpt-4o-mini at
-	// https://api.openai.com/v1 (timeout 1m0s; falls back to extractive)". Default:
-	// "extractive" without a Summarizer, "custom" with one.
+	// SummarizerName describes Summarizer in /context, e.g. "LLM gpt-4o-mini (openai) at
+	// https://api.openai.com/v1, ...". Default: "extractive" without a Summarizer, "custom"
+	// with one.
 	SummarizerName string
+	// DecodeCacheBytes bounds the request bodies kept so that the next request of a
+	// conversation is decoded only where it differs (see decode.go). Default 64 MiB;
+	// negative: off.
+	DecodeCacheBytes int
 	// Tune, if set, adjusts each Manager's configuration after the preset is applied (tests
 	// use it to make the ingestion cap small, say).
 	Tune func(*ctxmgr.Config)
@@ -144,6 +148,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxReads == 0 {
 		c.MaxReads = 3
+	}
+	if c.DecodeCacheBytes == 0 {
+		c.DecodeCacheBytes = 64 << 20
 	}
 	return c
 }

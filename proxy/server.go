@@ -49,6 +49,8 @@ type Server struct {
 	sessions map[string]*psession
 	lru      *list.List
 
+	decodes *decodeCache
+
 	closed atomic.Bool
 }
 
@@ -67,6 +69,7 @@ func New(cfg Config) (*Server, error) {
 		exact:    map[string]tokens.Counter{},
 		sessions: map[string]*psession{},
 		lru:      list.New(),
+		decodes:  newDecodeCache(cfg.DecodeCacheBytes),
 	}
 	// Load the default vocabulary now rather than in the first request.
 	if c, err := tokens.ForEncoding(tokens.O200kBase); err == nil {
@@ -88,6 +91,7 @@ func New(cfg Config) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.handleChat(w, r, FormatOpenAI) })
 	mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { s.handleChat(w, r, FormatAnthropic) })
+	mux.HandleFunc("POST /v1/messages/count_tokens", s.handleCountTokens(FormatAnthropic))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "ok\n")
@@ -223,6 +227,20 @@ func flush(w http.ResponseWriter) {
 // path) untouched.
 func (s *Server) handlePassthrough(w http.ResponseWriter, r *http.Request) {
 	f := formatOf(r)
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w}
+	w = sw
+	defer func() {
+		status := sw.status
+		if status == 0 {
+			status = 499
+		}
+		s.metrics.requests.WithLabelValues(string(f), strconv.Itoa(status)).Inc()
+		s.metrics.unmanaged.WithLabelValues(ReasonPath).Inc()
+		s.log.LogAttrs(r.Context(), slog.LevelInfo, "proxy request", slog.String("format", string(f)),
+			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Bool("managed", false),
+			slog.String("reason", ReasonPath), slog.Int("status", status), slog.Duration("duration", time.Since(start)))
+	}()
 	base := s.cfg.upstream(f, "")
 	if base == "" {
 		if f == FormatOpenAI {
@@ -300,6 +318,13 @@ type exchange struct {
 	sentN    int          // its input tokens when the pipeline reported them, else 0
 	window   int
 	maxOut   int
+	// The client's max_tokens (0: absent) and the body field that holds it; its message
+	// breakpoints and how many the API allows on messages beside its system and tools.
+	asked    int
+	maxField string
+	bps      []breakpoint
+	bpRoom   int
+	hashes   []nhash // of dec.Messages
 
 	log        *slog.Logger
 	upstreamNS int64
@@ -338,11 +363,14 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 		return
 	}
 	x := &exchange{s: s, w: sw, r: r, format: format, log: s.log, body: body}
-	dec, derr := wire.Decode(wire.Format(format), body)
+	dec, hashes, derr := s.decodes.decode(format, body)
 	if derr == nil {
+		x.hashes = hashes
 		x.dec = dec
 		_ = json.Unmarshal(dec.Extra["model"], &x.model)
 		x.stream = boolField(dec.Extra, "stream")
+	} else {
+		x.model, x.stream = peekModel(body)
 	}
 	attrs = append(attrs, slog.String("model", x.model), slog.Bool("stream", x.stream))
 	base := s.cfg.upstream(format, x.model)
@@ -356,8 +384,8 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 	}
 	if derr != nil {
 		// Not a body the proxy understands: the upstream gives the real error.
-		s.metrics.unmanaged.WithLabelValues("decode").Inc()
-		attrs = append(attrs, slog.String("unmanaged", derr.Error()))
+		s.metrics.unmanaged.WithLabelValues(ReasonDecode).Inc()
+		attrs = append(attrs, slog.Bool("managed", false), slog.String("reason", ReasonDecode), slog.String("unmanaged", derr.Error()))
 		x.forward(r.Context(), body)
 		return
 	}
@@ -368,20 +396,14 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 		if errors.Is(err, errAnswered) {
 			return
 		}
-		reason := "history"
-		var nf *ctxmgr.NoFitError
-		switch {
-		case errors.As(err, &nf):
-			reason = "does_not_fit"
-		case errors.Is(err, ctxmgr.ErrInvalidConfig):
-			reason = "config" // e.g. max_tokens leaves no room in the window
-		}
+		reason := unmanagedReason(err)
 		s.metrics.unmanaged.WithLabelValues(reason).Inc()
-		attrs = append(attrs, slog.String("unmanaged", err.Error()))
+		attrs = append(attrs, slog.Bool("managed", false), slog.String("reason", reason), slog.String("unmanaged", err.Error()))
 		x.managed = false
 		x.forward(r.Context(), body)
 		return
 	}
+	attrs = append(attrs, slog.Bool("managed", true))
 	s.metrics.overhead.WithLabelValues(string(format)).Observe(time.Since(start).Seconds())
 	x.forward(r.Context(), out)
 	attrs = append(attrs, slog.Duration("upstream", time.Duration(x.upstreamNS)))
@@ -396,28 +418,92 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 // errAnswered: the request was answered locally (a command).
 var errAnswered = errors.New("answered")
 
+// The reasons a request is forwarded without context management: the label values of
+// ctxmgr_unmanaged_requests_total{reason}, each listed in the package doc and the README.
+const (
+	// ReasonDecode: the body is not one the proxy can read (malformed JSON, an invalid
+	// history); the upstream gives the client the real error.
+	ReasonDecode = "decode"
+	// ReasonSingleMessage: one user message and no tools. Nothing in it may be changed (the
+	// system prompt and the latest user message are never altered), so it is forwarded as is
+	// and not stored: side requests (titles, quota checks) make no sessions.
+	ReasonSingleMessage = "single_message"
+	// ReasonDoesNotFit: the system prompt, the tools and the latest user message alone exceed
+	// the window (ctxmgr.NoFitError); the provider answers.
+	ReasonDoesNotFit = "does_not_fit"
+	// ReasonConfig: the proxy's configuration cannot manage the model.
+	ReasonConfig = "config"
+	// ReasonProviderState: the provider holds the history (Responses previous_response_id or
+	// conversation).
+	ReasonProviderState = "provider_state"
+	// ReasonStore: the session store failed.
+	ReasonStore = "store"
+	// ReasonPath: a path the proxy does not manage (GET /v1/models, token counting without a
+	// known session, ...), forwarded as is.
+	ReasonPath = "path"
+)
+
+// unmanagedError says why a request could not be managed.
+type unmanagedError struct {
+	reason string
+	err    error
+}
+
+func (e *unmanagedError) Error() string { return e.err.Error() }
+func (e *unmanagedError) Unwrap() error { return e.err }
+
+// unmanagedReason classifies an error of manage.
+func unmanagedReason(err error) string {
+	var ue *unmanagedError
+	var nf *ctxmgr.NoFitError
+	switch {
+	case errors.As(err, &ue):
+		return ue.reason
+	case errors.As(err, &nf):
+		return ReasonDoesNotFit
+	case errors.Is(err, ctxmgr.ErrInvalidConfig):
+		return ReasonConfig
+	}
+	return ReasonStore
+}
+
+// peekModel reads the model and stream fields of a body the wire decoder refused, for logs.
+func peekModel(body []byte) (string, bool) {
+	var v struct {
+		Model  string `json:"model"`
+		Stream bool   `json:"stream"`
+	}
+	_ = json.Unmarshal(body, &v)
+	return v.Model, v.Stream
+}
+
 // manage syncs the session, answers commands, runs the pipeline and returns the body to
 // forward.
 func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, error) {
 	dec := x.dec
 	var info []slog.Attr
-	window, maxOut := s.cfg.limits(x.model)
-	for _, k := range []string{"max_completion_tokens", "max_tokens"} {
-		var n int
-		if json.Unmarshal(dec.Extra[k], &n) == nil && n > 0 {
-			maxOut = n
-			break
-		}
-	}
-	mgr, key, err := s.manager(x.model, window, maxOut)
+	window, defOut := s.cfg.limits(x.model)
+	x.maxField, x.asked = askedMaxTokens(dec.Extra)
+	mgr, key, err := s.manager(x.model, window, replyReserve(window, x.asked, defOut))
 	if err != nil {
 		return nil, info, err
 	}
 	x.window, x.maxOut = window, mgr.m.Config().Budget.MaxOutput
 	dec.Tools = stripReadTool(dec.Tools)
 	msgs, cmd := splitCommands(dec.Messages)
+	if cmd == nil && len(dec.Tools) == 0 && len(msgs) == 1 && msgs[0].Role == chat.RoleUser {
+		return nil, info, &unmanagedError{ReasonSingleMessage, errors.New("one user message and no tools: nothing to manage, not stored")}
+	}
+	if x.format == FormatAnthropic {
+		x.bps = messageBreakpoints(msgs)
+		x.bpRoom = maxBreakpoints - setupBreakpoints(dec.System, dec.Tools)
+	}
 	base, src := sessionKey(x.r.Header.Get(SessionHeader), dec, msgs)
-	ps, branched, err := s.openSession(ctx, base, mgr, key, dec, msgs)
+	hashes := x.hashes[:len(msgs)]
+	if len(msgs) > 0 && &msgs[0] != &dec.Messages[0] {
+		hashes = hashAll(msgs) // earlier commands and their answers were taken out
+	}
+	ps, branched, err := s.openSession(ctx, base, mgr, key, dec, msgs, hashes)
 	if err != nil {
 		return nil, info, err
 	}
@@ -440,7 +526,9 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 	}
 	counter := ps.mgr.m.Config().Counter
 	p, err := ps.mgr.m.Prepare(ctx, ps.sess)
-	if err == nil && !ps.readTool {
+	if err == nil && !ps.readTool && (len(p.Report.Steps) > 0 || p.Report.Evicted > 0) {
+		// Only a step of the pipeline stores content to read back (an ingestion offload is
+		// seen when it is appended, in sync).
 		if err = s.syncReadTool(ps, dec.System, dec.Tools); err == nil && ps.readTool {
 			p, err = ps.mgr.m.Prepare(ctx, ps.sess)
 		}
@@ -452,6 +540,7 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 		return nil, info, err
 	}
 	x.window = p.Report.Window // smaller than configured once Recover learned the real window
+	x.place(&p)
 	s.metrics.tokensBefore.WithLabelValues(string(x.format)).Observe(float64(before))
 	s.metrics.tokensAfter.WithLabelValues(string(x.format)).Observe(float64(p.Report.InputAfter))
 	if p.Report.PrefixChanged {
@@ -463,7 +552,7 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 		slog.Int("compactions", p.Report.Compactions), slog.Bool("prefix_changed", p.Report.PrefixChanged))
 	x.managed = true
 	if !x.readTool && p.Report.Evicted == 0 && p.Report.SummaryVersion == 0 && len(msgs) == len(dec.Messages) &&
-		len(p.Request.Messages) == len(msgs) && p.Report.InputAfter == before {
+		len(p.Request.Messages) == len(msgs) && p.Report.InputAfter == before && x.replyFits(p.Report.InputAfter) {
 		// Nothing was changed: forward the client's own bytes.
 		x.sent, x.sentN = *dec, p.Report.InputAfter
 		x.sent.System, x.sent.Tools, x.sent.Messages = p.Request.System, p.Request.Tools, p.Request.Messages
@@ -483,6 +572,19 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 func (x *exchange) encode(req chat.Request, n int) ([]byte, error) {
 	out := *x.dec
 	out.System, out.Tools, out.Messages = req.System, req.Tools, req.Messages
+	if x.format == FormatAnthropic {
+		// The client's own system blocks and tool definitions, with their breakpoints (see
+		// breakpoints.go); the session's copies carry what an earlier request had.
+		out.System, out.Tools = x.dec.System, x.dec.Tools
+		if x.readTool {
+			out.Tools = withReadTool(out.Tools)
+		}
+	}
+	counted := n
+	if counted == 0 {
+		counted = x.mgr.m.Config().Counter.Request(&out).Total
+	}
+	out.Extra = x.fitReply(out.Extra, counted)
 	b, err := wire.Encode(wire.Format(x.format), &out)
 	if err != nil {
 		return nil, err
@@ -558,11 +660,12 @@ func (x *exchange) recover(ctx context.Context, status int, body []byte) ([]byte
 		x.log.Warn("proxy: overflow recovery failed", slog.String("error", err.Error()))
 		return nil, false
 	}
+	x.window = p.Report.Window
+	x.place(&p)
 	out, err := x.encode(p.Request, p.Report.InputAfter)
 	if err != nil {
 		return nil, false
 	}
-	x.window = p.Report.Window
 	x.recovered++
 	x.log.Info("proxy: upstream overflow, retrying with a tighter request",
 		slog.Int("status", status), slog.Int("tokens_after", p.Report.InputAfter))

@@ -195,6 +195,23 @@ func hashSetup(system []chat.Message, tools []chat.Tool) nhash {
 	return out
 }
 
+// setupHash is hashSetup(system, tools), remembered for the slices it was last computed on:
+// a body decoded from where it differs shares its system and tools with the previous one
+// (decode.go), so a steady conversation hashes its tool definitions once, not per request.
+func (ps *psession) setupHash(system []chat.Message, tools []chat.Tool) nhash {
+	if ps.setupRef.valid && sameSlice(system, ps.setupRef.system) && sameSlice(tools, ps.setupRef.tools) {
+		return ps.setupRef.hash
+	}
+	h := hashSetup(system, tools)
+	ps.setupRef.system, ps.setupRef.tools, ps.setupRef.hash, ps.setupRef.valid = system, tools, h, true
+	return h
+}
+
+// sameSlice reports whether a and b are the same slice (same array, same length).
+func sameSlice[T any](a, b []T) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
 // psession is the proxy's side of a session: the ctxmgr Session, the normalized hashes of
 // its history and the system/tools it was last given. mu serializes the requests of one
 // session while they touch its state (not while the upstream answers).
@@ -208,7 +225,16 @@ type psession struct {
 	orig     int // tokens of the history's original messages, by the manager's counter
 	setup    nhash
 	readTool bool
-	elem     *list.Element
+	// created: the last load found no history (a new session, or a new branch).
+	created bool
+	// setupRef remembers the slices setupHash last hashed.
+	setupRef struct {
+		system []chat.Message
+		tools  []chat.Tool
+		hash   nhash
+		valid  bool
+	}
+	elem *list.Element
 }
 
 // acquire returns the session with this id from the cache (a fresh one if absent), locked.
@@ -241,13 +267,14 @@ func (s *Server) load(ctx context.Context, ps *psession, m *managed, key manager
 	}
 	ps.sess, ps.mgr, ps.key = sess, m, key
 	hist := sess.History()
+	ps.created = len(hist) == 0
 	ps.hashes = hashAll(hist)
 	ps.orig = 0
 	c := m.m.Config().Counter
 	for i := range hist {
 		ps.orig += s.origTokens(c, &hist[i])
 	}
-	ps.setup = hashSetup(system, tools)
+	ps.setup = ps.setupHash(system, tools)
 	ps.readTool = false
 	s.snapshotConfig(ctx, ps.id, m, key, system, tools)
 	return s.syncReadTool(ps, system, tools)
@@ -314,7 +341,7 @@ func (s *Server) sync(ctx context.Context, ps *psession, m *managed, key manager
 		if len(ps.hashes) > len(hashes) || !slices.Equal(ps.hashes, hashes[:len(ps.hashes)]) {
 			return errBranch
 		}
-		if setup := hashSetup(system, tools); setup != ps.setup {
+		if setup := ps.setupHash(system, tools); setup != ps.setup {
 			t := tools
 			if ps.readTool {
 				t = withReadTool(tools)
@@ -329,12 +356,15 @@ func (s *Server) sync(ctx context.Context, ps *psession, m *managed, key manager
 		if len(news) == 0 {
 			break
 		}
-		err := ps.sess.Append(ctx, news...)
+		err := ps.sess.Append(ctx, storedCopies(news)...)
 		if err == nil {
 			ps.hashes = append(ps.hashes, hashes[len(ps.hashes):]...)
 			c := ps.mgr.m.Config().Counter
 			for i := range news {
 				ps.orig += s.origTokens(c, &news[i])
+			}
+			if !offloadable(news, ps.mgr.m.Config().ToolResultCap) {
+				return nil // nothing appended was stored apart: the read tool is as it was
 			}
 			break
 		}
@@ -348,6 +378,43 @@ func (s *Server) sync(ctx context.Context, ps *psession, m *managed, key manager
 		}
 	}
 	return s.syncReadTool(ps, system, tools)
+}
+
+// offloadable reports whether an appended message may have been offloaded at ingestion: a
+// tool result above the cap.
+func offloadable(msgs []chat.Message, limit int) bool {
+	for i := range msgs {
+		if msgs[i].Role != chat.RoleTool || limit <= 0 {
+			continue
+		}
+		n := 0
+		for _, p := range msgs[i].Content {
+			n += len(p.Text) + len(p.Raw)
+		}
+		if n > limit {
+			return true
+		}
+	}
+	return false
+}
+
+// storedCopies returns the messages as the session stores them: without cache breakpoints,
+// which belong to the one request that carried them (see breakpoints.go).
+func storedCopies(msgs []chat.Message) []chat.Message {
+	var out []chat.Message
+	for i := range msgs {
+		m := stripBreakpoints(msgs[i])
+		if out == nil && breakpointOf(&msgs[i]) != nil {
+			out = slices.Clone(msgs[:i:i])
+		}
+		if out != nil {
+			out = append(out, m)
+		}
+	}
+	if out == nil {
+		return msgs
+	}
+	return out
 }
 
 // branchID names the branch of session id that a history diverging at message k starts: a
@@ -433,16 +500,29 @@ func sessionKey(header string, req *chat.Request, msgs []chat.Message) (id, sour
 	return "h-" + hex.EncodeToString(h.Sum(nil))[:16], "hash"
 }
 
-// openSession finds the session for the incoming history, following branches, and syncs it.
-// It returns the session locked.
-func (s *Server) openSession(ctx context.Context, base string, m *managed, key managerKey, req *chat.Request, msgs []chat.Message) (*psession, bool, error) {
-	hashes := hashAll(msgs)
+// openSession finds the session for the incoming history and syncs it. It returns the
+// session locked.
+//
+// The sessions of one key (a header, a metadata.user_id, a hash) form a family, and every id
+// in it is derived from the history, so that the family is found again after a restart
+// without an index:
+//   - the key's own session, while its stored history is a prefix of the incoming one;
+//   - a history that shares no first message with it is another conversation under the same
+//     key (a side request a client makes for itself, a new chat): it gets a session of its own,
+//     conversationID, and is not counted as a branch, so the main conversation stays whole;
+//   - a history that shares a prefix but then differs is an edit or a rewind: a branch,
+//     branchID, counted in ctxmgr_branches_total.
+func (s *Server) openSession(ctx context.Context, base string, m *managed, key managerKey, req *chat.Request, msgs []chat.Message, hashes []nhash) (*psession, bool, error) {
 	id := base
 	branched := false
 	for depth := 0; depth < 6; depth++ {
 		ps := s.acquire(id)
 		err := s.sync(ctx, ps, m, key, req.System, req.Tools, msgs, hashes)
 		if err == nil {
+			if branched && ps.created {
+				s.metrics.branches.Inc() // a new branch, not a later request of one
+			}
+			ps.created = false
 			return ps, branched, nil
 		}
 		k := 0
@@ -453,11 +533,26 @@ func (s *Server) openSession(ctx context.Context, base string, m *managed, key m
 		if !errors.Is(err, errBranch) {
 			return nil, false, err
 		}
+		if k == 0 && len(hashes) > 0 {
+			if next := conversationID(base, hashes[0]); next != id {
+				id = next
+				continue
+			}
+		}
 		branched = true
-		s.metrics.branches.Inc()
 		id = branchID(id, hashes, k)
 	}
 	return nil, false, fmt.Errorf("proxy: session %q: too many branches", base)
+}
+
+// conversationID names the session of a conversation under key base whose first message is
+// not the one of the key's own session: base=<hash of that first message>.
+func conversationID(base string, first nhash) string {
+	if len(base)+10 > store.MaxIDLen-20 {
+		hh := sha256.Sum256([]byte(base))
+		base = "c-" + hex.EncodeToString(hh[:8])
+	}
+	return base + "=" + hex.EncodeToString(first[:4])
 }
 
 // origExactBytes: a message with more text than this is counted for the tokens_before metric

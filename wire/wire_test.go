@@ -103,6 +103,7 @@ var openAIBodies = []string{
 	`{"messages":[{"role":"user","content":[{"type":"file","file":{"file_id":"f-1","filename":"a.pdf"}},{"type":"text","text":"x","cache_control":{"type":"ephemeral"}}]},{"role":"assistant"}]}`,
 	`[{"role":"user","content":""},{"role":"assistant","content":"","tool_calls":[]}]`,
 	`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAIAAAADCAYAAAC56t6BAAAAEklEQVR4nGP4z8DAwMDAxMAAAAwpAQMBv7HSAAAAAElFTkSuQmCC"}}]}]}`,
+	`{"model":"gpt-3.5-turbo","functions":[{"name":"f","parameters":{"type":"object"}}],"messages":[{"role":"user","content":"call f"},{"role":"assistant","content":null,"function_call":{"name":"f","arguments":"{}"}},{"role":"function","name":"f","content":"42"}]}`,
 }
 
 func TestRoundTripOpenAI(t *testing.T) {
@@ -144,6 +145,9 @@ var anthropicBodies = []string{
 	`{"model":"claude-sonnet-4-5","max_tokens":1024,"system":"you are terse","messages":[{"role":"user","content":"hi"}]}`,
 	`{"model":"claude-opus-4-1","max_tokens":2048,"system":[{"type":"text","text":"rules","cache_control":{"type":"ephemeral"}}],"tools":[{"name":"bash","description":"run","input_schema":{"type":"object","properties":{"cmd":{"type":"string"}}},"cache_control":{"type":"ephemeral"}},{"type":"web_search_20250305","name":"web_search","max_uses":5}],"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":[{"type":"text","text":"run ls"},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgoAAAANSUhEUgAAAAIAAAADCAYAAAC56t6BAAAAEklEQVR4nGP4z8DAwMDAxMAAAAwpAQMBv7HSAAAAAElFTkSuQmCC"}}]},{"role":"assistant","content":[{"type":"thinking","thinking":"hmm","signature":"sig=="},{"type":"redacted_thinking","data":"xyz"},{"type":"text","text":"ok"},{"type":"tool_use","id":"toolu_1","name":"bash","input":{"cmd": "ls"}},{"type":"tool_use","id":"toolu_2","name":"bash","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"a\nb","cache_control":{"type":"ephemeral"}},{"type":"tool_result","tool_use_id":"toolu_2","is_error":true,"content":[{"type":"text","text":"boom"}]},{"type":"text","text":"go on"}]},{"role":"assistant","content":[{"type":"text","text":"before"},{"type":"tool_use","id":"toolu_3","name":"bash","input":{"cmd":"pwd"}},{"type":"text","text":"after"}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_3"},{"type":"document","source":{"type":"text","media_type":"text/plain","data":"doc"}}]}],"metadata":{"user_id":"u-1"},"stream":true}`,
 	`{"model":"m","max_tokens":1,"messages":[{"role":"user","content":[]},{"role":"assistant","content":[{"type":"server_tool_use","id":"srvtoolu_1","name":"web_search","input":{"query":"q"}},{"type":"web_search_tool_result","tool_use_id":"srvtoolu_1","content":[]}]}]}`,
+	// Claude Code's shape: system entries inside messages (beta mid-conversation-system), adaptive
+	// thinking, context_management, citations on a text block, a search_result block.
+	`{"model":"claude-opus-4-7","max_tokens":64000,"system":[{"type":"text","text":"You are Claude Code.","cache_control":{"type":"ephemeral"}}],"thinking":{"type":"adaptive"},"context_management":{"edits":[{"type":"clear_thinking_20251015","keep":"all"}]},"metadata":{"user_id":"user_abc_account__session_1"},"messages":[{"role":"user","content":[{"type":"text","text":"fix the bug"}]},{"role":"system","content":"The date is 2026-11-23."},{"role":"assistant","content":[{"type":"thinking","thinking":"look first","signature":"EqQBCkYI"},{"type":"text","text":"reading","citations":[{"type":"char_location","cited_text":"x","document_index":0,"start_char_index":0,"end_char_index":1}]},{"type":"tool_use","id":"toolu_9","name":"Read","input":{"file_path":"/a.go"}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_9","content":[{"type":"text","text":"package a"}]},{"type":"search_result","source":"s","title":"t","content":[{"type":"text","text":"r"}]}]},{"role":"system","content":[{"type":"text","text":"Reminder: be brief.","cache_control":{"type":"ephemeral"}}]}]}`,
 }
 
 func TestRoundTripAnthropic(t *testing.T) {
@@ -227,7 +231,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"bad tool calls", OpenAI, `[{"role":"assistant","tool_calls":"x"}]`, chat.ErrMalformedJSON, 0, "tool_calls"},
 		{"invalid utf8", OpenAI, "[{\"role\":\"user\",\"content\":\"a\xff\"}]", chat.ErrInvalidUTF8, 0, ""},
 		{"lone surrogate", OpenAI, `[{"role":"user","content":"a\ud800b"}]`, chat.ErrInvalidUTF8, 0, ""},
-		{"anthropic system role", Anthropic, `{"messages":[{"role":"system","content":"x"}]}`, chat.ErrUnknownRole, 0, "role"},
+		{"anthropic unknown role", Anthropic, `{"messages":[{"role":"developer","content":"x"}]}`, chat.ErrUnknownRole, 0, "role"},
 		{"anthropic bad block", Anthropic, `{"messages":[{"role":"user","content":[3]}]}`, chat.ErrMalformedJSON, 0, "content[0]"},
 		{"anthropic bad utf8", Anthropic, "{\"system\":\"\xc3\",\"messages\":[]}", chat.ErrInvalidUTF8, -1, "system"},
 	}
