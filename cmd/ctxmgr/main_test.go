@@ -475,8 +475,9 @@ func TestTokensMessagesErrors(t *testing.T) {
 		},
 		{
 			name:   "unknown role in anthropic body",
-			stdin:  `{"system":"s","messages":[{"role":"user","content":"hi"},{"role":"system","content":"x"}]}`,
-			stderr: []string{"message 1", "unknown role"},
+			// (wire takes mid-conversation "system" entries in Anthropic bodies since b496f66.)
+			stdin:  `{"system":"s","messages":[{"role":"user","content":"hi"},{"role":"wizard","content":"x"}]}`,
+			stderr: []string{"message 1", "unknown role", `"wizard"`},
 		},
 		{
 			name: "orphan tool result after system messages",
