@@ -515,8 +515,8 @@ func TestTokensMessagesErrors(t *testing.T) {
 			args: []string{"--format", "openai"}, stderr: []string{"--format openai", "an Anthropic body", `top-level "system"`},
 		},
 		{
-			name: "anthropic forced on an openai body", stdin: `{"messages":[{"role":"system","content":"s"},{"role":"user","content":"hi"}]}`,
-			args: []string{"--format", "anthropic"}, stderr: []string{"--format anthropic", "an OpenAI body", `role "system"`},
+			name: "anthropic forced on an openai body", stdin: `{"messages":[{"role":"developer","content":"s"},{"role":"user","content":"hi"}]}`,
+			args: []string{"--format", "anthropic"}, stderr: []string{"--format anthropic", "an OpenAI body", `role "developer"`},
 		},
 	}
 	for _, tt := range tests {

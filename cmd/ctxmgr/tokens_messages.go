@@ -151,7 +151,7 @@ func orNone(s string) string {
 }
 
 // evidence returns the format the body's shape proves, if any, and why: a top-level "system"
-// or Anthropic content blocks or tool definitions prove Anthropic; system, developer or tool
+// or Anthropic content blocks or tool definitions prove Anthropic; developer, tool or function
 // roles, "tool_calls" or OpenAI content parts prove OpenAI.
 func (t *bodyTop) evidence() (wire.Format, string) {
 	if t.system {
@@ -175,7 +175,9 @@ func (t *bodyTop) evidence() (wire.Format, string) {
 			continue
 		}
 		switch m.Role {
-		case "system", "developer", "tool":
+		case "developer", "tool", "function":
+			// ("system" proves nothing: Anthropic bodies may carry mid-conversation system
+			// entries.)
 			return wire.OpenAI, fmt.Sprintf("message %d has role %q", i, m.Role)
 		}
 		if len(m.ToolCalls) > 0 && !bytes.Equal(m.ToolCalls, []byte("null")) {
