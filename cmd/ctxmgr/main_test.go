@@ -474,7 +474,7 @@ func TestTokensMessagesErrors(t *testing.T) {
 			stderr: []string{"message 1", "role", "unknown role", `"wizard"`},
 		},
 		{
-			name:   "unknown role in anthropic body",
+			name: "unknown role in anthropic body",
 			// (wire takes mid-conversation "system" entries in Anthropic bodies since b496f66.)
 			stdin:  `{"system":"s","messages":[{"role":"user","content":"hi"},{"role":"wizard","content":"x"}]}`,
 			stderr: []string{"message 1", "unknown role", `"wizard"`},
