@@ -74,7 +74,8 @@ anthropic (uncached input 1.25, cached 0.1, output 5) or openai (1, 0.1, 8).
 		Example: `  ctxmgr replay
   ctxmgr replay --window 32768 --max-output 4096 ../shared/data/trajectories
   ctxmgr replay --strategy raw,masking,default --json runs/
-  ctxmgr replay --report out/ --report-trajectory mini-swe-agent/django__django-11149.traj.json`,
+  ctxmgr replay --report out/ --report-trajectory mini-swe-agent/django__django-11149.traj.json
+  OPENAI_API_KEY=sk-... ctxmgr replay --window 32768 --max-output 4096 --summarizer openai --model gpt-4o-mini`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runReplay(cmd, &o, args)
