@@ -583,3 +583,20 @@ func TestRootCommand(t *testing.T) {
 		t.Errorf("flag without value: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
+
+func TestVersionString(t *testing.T) {
+	for _, tc := range []struct {
+		v    versionInfo
+		want string
+	}{
+		{versionInfo{Version: "v1.2.3", Go: "go1.26.0"}, "v1.2.3 go1.26.0"},
+		{versionInfo{Version: "v0.0.0-20261123033145-f0e82bd0a77d", Revision: "f0e82bd0a77d02faef6d7afda9cc2a526a482dda", Time: "2026-11-23T03:31:45Z", Go: "go1.26.8"},
+			"v0.0.0-20261123033145-f0e82bd0a77d (rev f0e82bd0a77d, 2026-11-23T03:31:45Z) go1.26.8"},
+		{versionInfo{Version: "dev", Revision: "abc", Dirty: true, Go: "go1.26.8"}, "dev (rev abc+dirty) go1.26.8"},
+		{versionInfo{Version: "dev", Go: "go1.26.8"}, "dev (no VCS revision recorded) go1.26.8"},
+	} {
+		if got := tc.v.String(); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.v, got, tc.want)
+		}
+	}
+}

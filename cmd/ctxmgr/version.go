@@ -59,6 +59,10 @@ func (v versionInfo) String() string {
 			b.WriteString(", " + v.Time)
 		}
 		b.WriteString(")")
+	} else if v.Version == "dev" {
+		// A build from a checkout normally records its revision; go build -buildvcs=false
+		// (or a GOFLAGS setting it) and builds outside a repository do not.
+		b.WriteString(" (no VCS revision recorded)")
 	}
 	b.WriteString(" " + v.Go)
 	return b.String()
