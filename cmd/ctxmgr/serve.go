@@ -8,8 +8,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -39,6 +43,7 @@ type serveOptions struct {
 	disableReadTool   bool
 	limits            proxy.Limits
 	pprof             string
+	summarizer        summarizerOptions // serve_summarizer.go
 }
 
 func newServeCmd() *cobra.Command {
@@ -71,7 +76,8 @@ instances on the same sessions.
 --config FILE reads a JSON file with the same settings plus per-model routes
 and windows (see the proxy package documentation); flags given explicitly
 override it. SIGINT or SIGTERM shut the proxy down gracefully: in-flight
-requests and streams finish (up to --shutdown-timeout).`,
+requests and streams finish (up to --shutdown-timeout).
+` + summarizerHelp,
 		Example: `  ctxmgr serve --upstream-openai https://api.openai.com --upstream-anthropic https://api.anthropic.com
   ctxmgr serve --listen 127.0.0.1:8088 --store postgres://ctxmgr@db:5432/ctxmgr --window 128000
   ctxmgr serve --config ctxmgr.json`,
@@ -103,6 +109,7 @@ requests and streams finish (up to --shutdown-timeout).`,
 	f.DurationVar(&o.limits.IdleTimeout, "idle-timeout", proxy.DefaultIdleTimeout, "how long a keep-alive connection may wait for its next request")
 	f.IntVar(&o.limits.MaxConns, "max-conns", proxy.DefaultMaxConns, "connections served at once (more wait to be accepted)")
 	f.StringVar(&o.pprof, "pprof", "", "serve net/http/pprof on this address, e.g. 127.0.0.1:6060 (off by default; never expose it publicly)")
+	addSummarizerFlags(f, &o.summarizer)
 	return cmd
 }
 
@@ -142,6 +149,7 @@ func mergeFileConfig(cmd *cobra.Command, o *serveOptions, fc proxy.FileConfig) {
 	if fc.DisableReadTool && set("disable-read-tool") {
 		o.disableReadTool = true
 	}
+	mergeSummarizerConfig(cmd, &o.summarizer, fc.Summarizer)
 }
 
 func runServe(cmd *cobra.Command, o *serveOptions) error {
@@ -159,8 +167,8 @@ func runServe(cmd *cobra.Command, o *serveOptions) error {
 	if !ctxmgr.IsPreset(o.preset) {
 		return usageErrorf("--preset %q: want one of %v", o.preset, ctxmgr.Presets())
 	}
-	if o.window < 0 || o.maxOutput < 0 || o.maxBodyBytes <= 0 {
-		return usageErrorf("--window, --max-output and --max-body-bytes must not be negative")
+	if err := validateServe(o, fc); err != nil {
+		return err
 	}
 	if err := o.limits.Validate(); err != nil {
 		return usageErrorf("--max-conns: %v", err)
@@ -178,6 +186,11 @@ func runServe(cmd *cobra.Command, o *serveOptions) error {
 		logger = slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), hopts))
 	default:
 		return usageErrorf("--log-format %q: want text or json", o.logFormat)
+	}
+
+	sum, sumName, err := serveSummarizer(cmd, &o.summarizer, o.upstreamOpenAI, o.upstreamAnthropic, logger)
+	if err != nil {
+		return err
 	}
 
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -200,6 +213,8 @@ func runServe(cmd *cobra.Command, o *serveOptions) error {
 		UpstreamTimeout:   o.upstreamTimeout,
 		Logger:            logger,
 		DisableReadTool:   o.disableReadTool,
+		Summarizer:        sum,
+		SummarizerName:    sumName,
 	})
 	if err != nil {
 		return err
@@ -221,7 +236,7 @@ func runServe(cmd *cobra.Command, o *serveOptions) error {
 	lim := o.limits.WithDefaults()
 	logger.Info("ctxmgr serve: listening", slog.String("addr", "http://"+addr), slog.String("store", proxy.RedactURL(o.store)),
 		slog.String("upstream_openai", proxy.RedactURL(o.upstreamOpenAI)), slog.String("upstream_anthropic", proxy.RedactURL(o.upstreamAnthropic)),
-		slog.Int("window", o.window), slog.String("preset", o.preset),
+		slog.String("window", windowDesc(o.window)), slog.String("preset", o.preset), slog.String("summarizer", sumName),
 		slog.Duration("read_timeout", lim.ReadTimeout), slog.Duration("write_timeout", lim.WriteTimeout),
 		slog.Duration("idle_timeout", lim.IdleTimeout), slog.Int("max_conns", lim.MaxConns))
 	if o.pprof != "" {
@@ -294,4 +309,89 @@ func servePprof(addr string, logger *slog.Logger) (func(), error) {
 	logger.Info("ctxmgr serve: pprof listening", slog.String("addr", "http://"+ln.Addr().String()+"/debug/pprof/"))
 	go func() { _ = hs.Serve(ln) }()
 	return func() { _ = hs.Close() }, nil
+}
+
+// validateServe checks the settings before anything starts, so that a broken setting is
+// refused at once with the flag it came from instead of failing every request later.
+func validateServe(o *serveOptions, fc proxy.FileConfig) error {
+	for _, u := range []struct{ flag, val string }{
+		{"--upstream-openai", o.upstreamOpenAI}, {"--upstream-anthropic", o.upstreamAnthropic},
+	} {
+		if u.val == "" {
+			continue
+		}
+		if err := checkHTTPURL(u.val); err != nil {
+			return usageErrorf("%s %q: %v", u.flag, u.val, err)
+		}
+	}
+	for _, r := range fc.Routes {
+		if err := checkHTTPURL(r.URL); err != nil {
+			return usageErrorf("--config: route %q: url %q: %v", r.ModelPrefix, r.URL, err)
+		}
+	}
+	if o.window < 0 {
+		return usageErrorf("--window %d: must be positive, or 0 for the known window of each model", o.window)
+	}
+	if o.maxOutput < 0 {
+		return usageErrorf("--max-output %d: must be positive, or 0 for the default", o.maxOutput)
+	}
+	if o.window > 0 && o.maxOutput >= o.window {
+		return usageErrorf("--max-output %d: must be smaller than --window %d", o.maxOutput, o.window)
+	}
+	if o.maxBodyBytes <= 0 {
+		return usageErrorf("--max-body-bytes %d: must be positive", o.maxBodyBytes)
+	}
+	if o.upstreamTimeout <= 0 {
+		return usageErrorf("--upstream-timeout %v: must be positive", o.upstreamTimeout)
+	}
+	if o.shutdownTimeout < 0 {
+		return usageErrorf("--shutdown-timeout %v: must not be negative", o.shutdownTimeout)
+	}
+	return checkStoreParent(o.store)
+}
+
+// checkHTTPURL accepts an absolute http or https URL with a host.
+func checkHTTPURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("not a URL: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return errors.New("want an http:// or https:// URL, e.g. https://api.openai.com")
+	}
+	if u.Host == "" {
+		return errors.New("no host in the URL")
+	}
+	return nil
+}
+
+// checkStoreParent refuses a sqlite: or files: store whose parent directory does not exist:
+// the database file or store directory itself is created, but a missing parent is almost
+// always a typo and is not created silently.
+func checkStoreParent(spec string) error {
+	for _, prefix := range []string{"sqlite:", "files:"} {
+		p, ok := strings.CutPrefix(spec, prefix)
+		if !ok || p == "" {
+			continue
+		}
+		parent := filepath.Dir(filepath.Clean(p))
+		info, err := os.Stat(parent)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			return usageErrorf("--store %s: directory %s does not exist (create it first)", spec, parent)
+		case err != nil:
+			return usageErrorf("--store %s: %v", spec, err)
+		case !info.IsDir():
+			return usageErrorf("--store %s: %s is not a directory", spec, parent)
+		}
+	}
+	return nil
+}
+
+// windowDesc is the start-up log's description of --window.
+func windowDesc(w int) string {
+	if w == 0 {
+		return "per model (known windows; 200000 for others)"
+	}
+	return strconv.Itoa(w)
 }
