@@ -471,7 +471,8 @@ func sanitizeID(prefix, s string) string {
 }
 
 // sessionKey picks the session of a request: the X-Ctxmgr-Session header, else the Anthropic
-// metadata.user_id, else a hash of the system prompt and the first user message.
+// metadata.user_id, else the OpenAI prompt_cache_key, else a hash of the system prompt and the
+// first user message.
 func sessionKey(header string, req *chat.Request, msgs []chat.Message) (id, source string) {
 	if header != "" {
 		return sanitizeID("", header), "header"
@@ -483,6 +484,11 @@ func sessionKey(header string, req *chat.Request, msgs []chat.Message) (id, sour
 		if json.Unmarshal(raw, &md) == nil && md.UserID != "" {
 			return sanitizeID("user-", md.UserID), "metadata.user_id"
 		}
+	}
+	// OpenAI's prompt_cache_key: Codex CLI sends its conversation id there.
+	var pck string
+	if json.Unmarshal(req.Extra["prompt_cache_key"], &pck) == nil && pck != "" {
+		return sanitizeID("pck-", pck), "prompt_cache_key"
 	}
 	h := sha256.New()
 	for i := range req.System {
