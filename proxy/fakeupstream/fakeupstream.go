@@ -334,6 +334,9 @@ var (
 )
 
 func (s *Server) decide(req *chat.Request) reply {
+	if rep, ok := s.agentScript(req); ok { // agent.go
+		return rep
+	}
 	msgs := req.Messages
 	if len(msgs) == 0 {
 		return reply{kind: "text", text: "Hello."}
