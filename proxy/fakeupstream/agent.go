@@ -13,8 +13,9 @@ package fakeupstream
 //   - a shell tool (Claude Code's Bash {"command": "..."}, Codex's shell {"command": ["bash",
 //     "-lc", "..."]} or exec_command {"cmd": "..."}, or any tool whose schema has a "command" or
 //     "cmd" property, string or array of strings) runs `cat FILE`;
-//   - a read tool (a tool whose schema has a "file_path" or "path" property, such as Claude
-//     Code's Read) reads FILE; on even steps when both kinds are offered.
+//   - a read tool (a tool whose schema has a "file_path" property, such as Claude Code's Read,
+//     or a "path" property on a tool whose name says "read") reads FILE; on even steps when
+//     both kinds are offered.
 //
 // Other required properties of the chosen tool's schema are filled with neutral values (a
 // string "e2e", 0, false), so the arguments validate against the schema.
@@ -225,8 +226,11 @@ func classifyTool(t chat.Tool) (agentTool, bool) {
 		}
 	}
 	if at.arg == "" {
+		// A read tool: "file_path", or "path" on a tool named for reading (not Codex's
+		// view_image, which takes a path too).
 		for _, k := range []string{"file_path", "path"} {
-			if p, ok := schema.Properties[k]; ok && hasType(p.Type, "string") {
+			if p, ok := schema.Properties[k]; ok && hasType(p.Type, "string") &&
+				(k == "file_path" || strings.Contains(strings.ToLower(t.Name), "read")) {
 				at.arg = k
 				break
 			}

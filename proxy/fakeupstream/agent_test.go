@@ -70,7 +70,8 @@ func TestAgentScript(t *testing.T) {
 // request without usable tools (a side request), and no marker.
 func TestAgentScriptSchemas(t *testing.T) {
 	s := New(Options{})
-	start := []chat.Message{userText("[e2e-agent steps=2 dir=/w]")}
+	start := []chat.Message{userText("[e2e-agent steps=2 dir=/w]"), {Role: chat.RoleAssistant, ToolCalls: []chat.ToolCall{{ID: "c1", Name: "x", Arguments: `{"cmd":"cat /w/step-1-of-2.txt"}`}}},
+		{Role: chat.RoleTool, ToolCallID: "c1", Content: []chat.Part{{Type: chat.PartText, Text: "1"}}}}
 	cases := []struct {
 		name  string
 		tools []chat.Tool
@@ -78,9 +79,9 @@ func TestAgentScriptSchemas(t *testing.T) {
 	}{
 		{"codex shell", agentTools(t, `update_plan={"type":"object","properties":{"plan":{"type":"array"}},"required":["plan"]}`,
 			`shell={"type":"object","properties":{"command":{"type":"array","items":{"type":"string"}},"workdir":{"type":"string"}},"required":["command"]}`),
-			`shell {"command":["bash","-lc","cat /w/step-1-of-2.txt"]}`},
-		{"exec_command", agentTools(t, `exec_command={"type":"object","properties":{"cmd":{"type":"string"},"yield_time_ms":{"type":"integer"},"login":{"type":["boolean","null"]}},"required":["cmd","yield_time_ms"]}`),
-			`exec_command {"cmd":"cat /w/step-1-of-2.txt","yield_time_ms":0}`},
+			`shell {"command":["bash","-lc","cat /w/step-2-of-2.txt"]}`},
+		{"codex exec_command beside view_image", agentTools(t, `view_image={"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}`, `exec_command={"type":"object","properties":{"cmd":{"type":"string"},"yield_time_ms":{"type":"integer"},"login":{"type":["boolean","null"]}},"required":["cmd","yield_time_ms"]}`),
+			`exec_command {"cmd":"cat /w/step-2-of-2.txt","yield_time_ms":0}`},
 		{"no usable tool", agentTools(t, `Task={"type":"object","properties":{"prompt":{"type":"string"}}}`), ""},
 		{"no tools", nil, ""},
 	}
