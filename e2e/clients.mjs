@@ -211,6 +211,15 @@ export async function codexExec({ proxy, trap, work, dir }) {
 model = "gpt-5.1-codex"
 model_provider = "ctxmgr"
 check_for_update_on_startup = false
+web_search = "disabled"
+
+# No plugin catalogue, apps or memories: each would fetch from github.com or chatgpt.com.
+[features]
+plugins = false
+remote_plugin = false
+plugin_sharing = false
+apps = false
+memories = false
 
 [analytics]
 enabled = false
@@ -228,6 +237,7 @@ wire_api = "responses"
 env_key = "CTXMGR_E2E_OPENAI_KEY"
 request_max_retries = 0
 stream_max_retries = 0
+supports_websockets = false
 `);
   const env = { PATH: process.env.PATH, HOME: home, CODEX_HOME: codexHome, CTXMGR_E2E_OPENAI_KEY: 'sk-e2e-codex', TMPDIR: path.join(dir, 'tmp'), ...trap.env };
   fs.mkdirSync(env.TMPDIR, { recursive: true });
