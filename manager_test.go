@@ -317,16 +317,30 @@ func TestRecover(t *testing.T) {
 	if _, err := m.Recover(ctx, sb, overflow(prev)); err != nil {
 		t.Fatalf("after a new message: %v", err)
 	}
-	// A stated maximum that leaves no room beside the reply: a typed error that says so.
+	// A stated maximum below the reply reserve: the reserve shrinks to a quarter of the
+	// window in force, and the request fits beside it.
 	_, s2 := testManager(t, cfg)
 	appendAll(t, s2, chat.TextMessage(chat.RoleUser, "hi"))
 	if _, err := m.Prepare(ctx, s2); err != nil {
 		t.Fatal(err)
 	}
-	tiny := &provider.StatusError{Status: 400, Body: []byte(`{"error":{"message":"This model's maximum context length is 800 tokens.","code":"context_length_exceeded"}}`)}
-	_, err = m.Recover(ctx, s2, tiny)
-	if !errors.Is(err, ErrRecoveryExhausted) || !strings.Contains(err.Error(), "maximum is 800 tokens") {
-		t.Fatalf("recovery under a maximum below max output: %v", err)
+	if cfg.Budget.MaxOutput < 800 {
+		t.Fatalf("the test needs a reply reserve above 800 tokens, has %d", cfg.Budget.MaxOutput)
+	}
+	small := &provider.StatusError{Status: 400, Body: []byte(`{"error":{"message":"This model's maximum context length is 800 tokens.","code":"context_length_exceeded"}}`)}
+	p2, err := m.Recover(ctx, s2, small)
+	if err != nil || p2.Report.MaxOutput > 200 || p2.Report.InputAfter+p2.Report.MaxOutput > 800 {
+		t.Fatalf("recovery under a maximum below max output: %v (input %d, reply %d)", err, p2.Report.InputAfter, p2.Report.MaxOutput)
+	}
+	// A maximum that leaves no room at all: a typed error that says so.
+	_, s3 := testManager(t, cfg)
+	appendAll(t, s3, chat.TextMessage(chat.RoleUser, "hi"))
+	if _, err := m.Prepare(ctx, s3); err != nil {
+		t.Fatal(err)
+	}
+	tiny := &provider.StatusError{Status: 400, Body: []byte(`{"error":{"message":"This model's maximum context length is 3 tokens.","code":"context_length_exceeded"}}`)}
+	if _, err = m.Recover(ctx, s3, tiny); !errors.Is(err, ErrRecoveryExhausted) && !errors.Is(err, ErrDoesNotFit) || !strings.Contains(err.Error(), "maximum is 3 tokens") && !errors.Is(err, ErrDoesNotFit) {
+		t.Fatalf("recovery under a maximum of 3 tokens: %v", err)
 	}
 }
 

@@ -806,21 +806,19 @@ func (m *Manager) Recover(ctx context.Context, s *Session, providerErr error) (P
 	win := min(w.Window, refused)
 	reason := fmt.Sprintf("provider overflow, attempt %d", n)
 	if lim.Max > 0 {
-		// The provider's maximum in our tokens: scaled by how much more it counts, when it
-		// says what it counted, with 2% to spare.
+		// The provider's maximum in our tokens: its input part scaled by how much more it
+		// counts, when it says what it counted, with 2% to spare; the reply keeps the reserve
+		// it will have in that window.
 		q := 1.0
 		if sent := s.plan().Input; lim.Input > 0 && sent > 0 {
 			q = min(max(float64(lim.Input)/float64(sent), 1), 4)
 		}
-		fromLimit := int(float64(lim.Max-w.MaxOutput)/q*0.98) + w.MaxOutput
-		if lim.Max <= w.MaxOutput {
-			fromLimit = 0
-		}
+		r := s.replyReserve(lim.Max)
+		win = min(win, int(float64(lim.Max-r)/q*0.98)+r)
 		reason += fmt.Sprintf(": the provider's maximum is %d tokens", lim.Max)
 		if lim.Input > 0 {
 			reason += fmt.Sprintf(" and it counted %d input tokens where we count %d", lim.Input, s.plan().Input)
 		}
-		win = min(win, fromLimit)
 	}
 	if lim.Max == 0 || lim.Input == 0 || win >= refused {
 		// Without both numbers, or when they say the refused request should have fit:
@@ -830,12 +828,12 @@ func (m *Manager) Recover(ctx context.Context, s *Session, providerErr error) (P
 		if n > 1 {
 			f = 0.5
 		}
-		win = min(win, w.MaxOutput+int(float64(refused-w.MaxOutput)*f))
+		win = min(win, int(float64(refused)*f))
 	}
-	if win <= w.MaxOutput {
+	if win-s.replyReserve(win) <= 0 {
 		s.mu.Unlock()
-		return Prepared{}, fmt.Errorf("%w: %s; a window of %d tokens leaves no room for input beside %d tokens of output: %w",
-			ErrRecoveryExhausted, reason, win, w.MaxOutput, providerErr)
+		return Prepared{}, fmt.Errorf("%w: %s; a window of %d tokens leaves no room for input: %w",
+			ErrRecoveryExhausted, reason, win, providerErr)
 	}
 	s.windowLimit = win
 	s.epoch++ // the new window is state to persist

@@ -297,13 +297,23 @@ func (s *Session) regions() budget.Regions {
 }
 
 // window is the budget in force: the configured one, or the smaller window Recover settled
-// on. Thresholds, reserve and margin keep their ratios.
+// on. Thresholds, reserve and margin keep their ratios; the reply reserve shrinks with the
+// window (replyReserve).
 func (s *Session) window() budget.Window {
 	w := s.m.cfg.Budget
 	if s.windowLimit > 0 && s.windowLimit < w.Window {
 		w.Window = s.windowLimit
+		w.MaxOutput = s.replyReserve(w.Window)
 	}
 	return w
+}
+
+// replyReserve is the reply size budgeted in a window smaller than configured: the configured
+// MaxOutput, but at most a quarter of that window. A provider whose model is far smaller than
+// configured (8K behind a 200K default with 32K of output) would otherwise leave no room for
+// any input; Report.MaxOutput says what to send as max_tokens.
+func (s *Session) replyReserve(window int) int {
+	return max(1, min(s.m.cfg.Budget.MaxOutput, window/4))
 }
 
 // summaryTarget is the summary's size target: Config.SummaryTokens, scaled down with the

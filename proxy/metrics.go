@@ -24,6 +24,7 @@ type metrics struct {
 	branches      prometheus.Counter
 	reloads       prometheus.Counter
 	unmanaged     *prometheus.CounterVec // reason
+	lowered       prometheus.Counter
 	usageRatio    *prometheus.HistogramVec
 	overhead      *prometheus.HistogramVec
 }
@@ -57,8 +58,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Requests whose history diverged from the stored session (a new branch)."}),
 		reloads: prometheus.NewCounter(prometheus.CounterOpts{Name: "ctxmgr_session_reloads_total",
 			Help: "Sessions reloaded from the store because another instance appended to them first."}),
-		unmanaged: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ctxmgr_unmanaged_total",
-			Help: "Chat requests forwarded unchanged because they could not be managed, by reason."}, []string{"reason"}),
+		unmanaged: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ctxmgr_unmanaged_requests_total",
+			Help: "Requests forwarded without context management, by reason (see the proxy package doc)."}, []string{"reason"}),
+		lowered: prometheus.NewCounter(prometheus.CounterOpts{Name: "ctxmgr_max_tokens_lowered_total",
+			Help: "Requests whose max_tokens the proxy lowered to fit the window in force."}),
 		usageRatio: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ctxmgr_usage_ratio",
 			Help:    "Provider-reported input tokens divided by the proxy's estimate of the request, by counter kind (exact, heuristic).",
 			Buckets: []float64{0.5, 0.8, 0.9, 0.95, 0.98, 1, 1.02, 1.05, 1.1, 1.2, 1.5, 2}}, []string{"counter"}),
@@ -67,7 +70,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14)}, []string{"format"}),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.upstream, m.tokensBefore, m.tokensAfter, m.compactions, m.recoveries,
-		m.fallbacks, m.prefixChanged, m.prefixKept, m.commands, m.reads, m.branches, m.reloads, m.unmanaged, m.usageRatio, m.overhead} {
+		m.fallbacks, m.prefixChanged, m.prefixKept, m.commands, m.reads, m.branches, m.reloads, m.unmanaged, m.lowered, m.usageRatio, m.overhead} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -536,19 +536,20 @@ func TestEndpoints(t *testing.T) {
 	if _, err := a.turn(ctx, "hello, no tools", false); err != nil {
 		t.Fatal(err)
 	}
-	// A request the proxy cannot manage (max_tokens larger than the window) goes through
-	// unchanged: the provider answers it.
+	// max_tokens larger than the window no longer makes a request unmanageable: it is
+	// managed, and lowered to what fits.
 	resp, err = http.Post(e.px.URL+"/v1/chat/completions", "application/json",
 		strings.NewReader(`{"model":"gpt-4o","max_tokens":250000,"messages":[{"role":"user","content":"hi"}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != 200 || counterValue(e.srv.metrics.unmanaged.WithLabelValues("config")) != 1 {
-		t.Errorf("an unmanageable request: %d", resp.StatusCode)
+	if resp.StatusCode != 200 || counterValue(e.srv.metrics.unmanaged.WithLabelValues("config")) != 0 ||
+		resp.Header.Get(MaxTokensHeader) == "" || counterValue(e.srv.metrics.lowered) != 1 {
+		t.Errorf("max_tokens above the window: %d, %s %q", resp.StatusCode, MaxTokensHeader, resp.Header.Get(MaxTokensHeader))
 	}
 	wants := []string{`ctxmgr_requests_total{format="openai",status="200"} 2`, `ctxmgr_requests_total{format="openai",status="413"} 1`,
-		"ctxmgr_upstream_seconds_bucket", "ctxmgr_tokens_before_bucket", "ctxmgr_tokens_after_bucket", "ctxmgr_prefix_kept_total 1",
+		"ctxmgr_upstream_seconds_bucket", "ctxmgr_tokens_before_bucket", "ctxmgr_tokens_after_bucket", "ctxmgr_prefix_kept_total 2",
 		"ctxmgr_prefix_changed_total 0", "ctxmgr_compactions_total", "ctxmgr_summarizer_fallbacks_total 0", "ctxmgr_recoveries_total 0"}
 	// The request counter is incremented when the handler returns, which can be just after
 	// the client has read the whole response: poll until the counts settle.

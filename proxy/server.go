@@ -300,6 +300,12 @@ type exchange struct {
 	sentN    int          // its input tokens when the pipeline reported them, else 0
 	window   int
 	maxOut   int
+	// The client's max_tokens (0: absent) and the body field that holds it; its message
+	// breakpoints and how many the API allows on messages beside its system and tools.
+	asked    int
+	maxField string
+	bps      []breakpoint
+	bpRoom   int
 
 	log        *slog.Logger
 	upstreamNS int64
@@ -401,21 +407,19 @@ var errAnswered = errors.New("answered")
 func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, error) {
 	dec := x.dec
 	var info []slog.Attr
-	window, maxOut := s.cfg.limits(x.model)
-	for _, k := range []string{"max_completion_tokens", "max_tokens"} {
-		var n int
-		if json.Unmarshal(dec.Extra[k], &n) == nil && n > 0 {
-			maxOut = n
-			break
-		}
-	}
-	mgr, key, err := s.manager(x.model, window, maxOut)
+	window, defOut := s.cfg.limits(x.model)
+	x.maxField, x.asked = askedMaxTokens(dec.Extra)
+	mgr, key, err := s.manager(x.model, window, replyReserve(window, x.asked, defOut))
 	if err != nil {
 		return nil, info, err
 	}
 	x.window, x.maxOut = window, mgr.m.Config().Budget.MaxOutput
 	dec.Tools = stripReadTool(dec.Tools)
 	msgs, cmd := splitCommands(dec.Messages)
+	if x.format == FormatAnthropic {
+		x.bps = messageBreakpoints(msgs)
+		x.bpRoom = maxBreakpoints - setupBreakpoints(dec.System, dec.Tools)
+	}
 	base, src := sessionKey(x.r.Header.Get(SessionHeader), dec, msgs)
 	ps, branched, err := s.openSession(ctx, base, mgr, key, dec, msgs)
 	if err != nil {
@@ -452,6 +456,7 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 		return nil, info, err
 	}
 	x.window = p.Report.Window // smaller than configured once Recover learned the real window
+	x.place(&p)
 	s.metrics.tokensBefore.WithLabelValues(string(x.format)).Observe(float64(before))
 	s.metrics.tokensAfter.WithLabelValues(string(x.format)).Observe(float64(p.Report.InputAfter))
 	if p.Report.PrefixChanged {
@@ -463,7 +468,7 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 		slog.Int("compactions", p.Report.Compactions), slog.Bool("prefix_changed", p.Report.PrefixChanged))
 	x.managed = true
 	if !x.readTool && p.Report.Evicted == 0 && p.Report.SummaryVersion == 0 && len(msgs) == len(dec.Messages) &&
-		len(p.Request.Messages) == len(msgs) && p.Report.InputAfter == before {
+		len(p.Request.Messages) == len(msgs) && p.Report.InputAfter == before && x.replyFits(p.Report.InputAfter) {
 		// Nothing was changed: forward the client's own bytes.
 		x.sent, x.sentN = *dec, p.Report.InputAfter
 		x.sent.System, x.sent.Tools, x.sent.Messages = p.Request.System, p.Request.Tools, p.Request.Messages
@@ -483,6 +488,19 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 func (x *exchange) encode(req chat.Request, n int) ([]byte, error) {
 	out := *x.dec
 	out.System, out.Tools, out.Messages = req.System, req.Tools, req.Messages
+	if x.format == FormatAnthropic {
+		// The client's own system blocks and tool definitions, with their breakpoints (see
+		// breakpoints.go); the session's copies carry what an earlier request had.
+		out.System, out.Tools = x.dec.System, x.dec.Tools
+		if x.readTool {
+			out.Tools = withReadTool(out.Tools)
+		}
+	}
+	counted := n
+	if counted == 0 {
+		counted = x.mgr.m.Config().Counter.Request(&out).Total
+	}
+	out.Extra = x.fitReply(out.Extra, counted)
 	b, err := wire.Encode(wire.Format(x.format), &out)
 	if err != nil {
 		return nil, err
@@ -558,11 +576,12 @@ func (x *exchange) recover(ctx context.Context, status int, body []byte) ([]byte
 		x.log.Warn("proxy: overflow recovery failed", slog.String("error", err.Error()))
 		return nil, false
 	}
+	x.window = p.Report.Window
+	x.place(&p)
 	out, err := x.encode(p.Request, p.Report.InputAfter)
 	if err != nil {
 		return nil, false
 	}
-	x.window = p.Report.Window
 	x.recovered++
 	x.log.Info("proxy: upstream overflow, retrying with a tighter request",
 		slog.Int("status", status), slog.Int("tokens_after", p.Report.InputAfter))

@@ -324,7 +324,7 @@ func (s *Server) sync(ctx context.Context, ps *psession, m *managed, key manager
 		if len(news) == 0 {
 			break
 		}
-		err := ps.sess.Append(ctx, news...)
+		err := ps.sess.Append(ctx, storedCopies(news)...)
 		if err == nil {
 			ps.hashes = append(ps.hashes, hashes[len(ps.hashes):]...)
 			c := ps.mgr.m.Config().Counter
@@ -343,6 +343,25 @@ func (s *Server) sync(ctx context.Context, ps *psession, m *managed, key manager
 		}
 	}
 	return s.syncReadTool(ps, system, tools)
+}
+
+// storedCopies returns the messages as the session stores them: without cache breakpoints,
+// which belong to the one request that carried them (see breakpoints.go).
+func storedCopies(msgs []chat.Message) []chat.Message {
+	var out []chat.Message
+	for i := range msgs {
+		m := stripBreakpoints(msgs[i])
+		if out == nil && breakpointOf(&msgs[i]) != nil {
+			out = slices.Clone(msgs[:i:i])
+		}
+		if out != nil {
+			out = append(out, m)
+		}
+	}
+	if out == nil {
+		return msgs
+	}
+	return out
 }
 
 // branchID names the branch of session id that a history diverging at message k starts: a

@@ -76,8 +76,8 @@ func decodeAnthropicMessage(i int, raw json.RawMessage, names map[string]string)
 	if err != nil {
 		return nil, malformed(i, "role", err)
 	}
-	if role != "user" && role != "assistant" {
-		return nil, &chat.Error{Index: i, Field: "role", Err: chat.ErrUnknownRole, Detail: fmt.Sprintf("%q (Anthropic messages take user or assistant)", role)}
+	if role != "user" && role != "assistant" && role != "system" {
+		return nil, &chat.Error{Index: i, Field: "role", Err: chat.ErrUnknownRole, Detail: fmt.Sprintf("%q (Anthropic messages take user, assistant or system)", role)}
 	}
 	content, ok := o["content"]
 	delete(o, "content")
@@ -424,10 +424,7 @@ func EncodeAnthropicMessages(msgs []chat.Message) (json.RawMessage, error) {
 	var out []json.RawMessage
 	for i := 0; i < len(msgs); {
 		m := &msgs[i]
-		role := "user"
-		if m.Role == chat.RoleAssistant {
-			role = "assistant"
-		}
+		role := anthropicRole(m)
 		o, err := withExtras(m.Wire, Anthropic, m.Extra)
 		if err != nil {
 			return nil, fmt.Errorf("wire: message %d: %w", i, err)
@@ -438,10 +435,7 @@ func EncodeAnthropicMessages(msgs []chat.Message) (json.RawMessage, error) {
 		for ; j < len(msgs); j++ {
 			n := &msgs[j]
 			if j > i {
-				nrole := "user"
-				if n.Role == chat.RoleAssistant {
-					nrole = "assistant"
-				}
+				nrole := anthropicRole(n)
 				join := n.JoinPrev && n.Wire == string(Anthropic)
 				// Cross-format: consecutive tool results share one user message.
 				if !join && n.Wire != string(Anthropic) && n.Role == chat.RoleTool && msgs[j-1].Role == chat.RoleTool {
@@ -482,6 +476,20 @@ func EncodeAnthropicMessages(msgs []chat.Message) (json.RawMessage, error) {
 		i = j
 	}
 	return joinArray(out), nil
+}
+
+// anthropicRole is the wire role of a message: system messages inside the history keep the
+// role "system" when they came from an Anthropic body (the mid-conversation system beta that
+// Claude Code uses); from another format they become user text, since the plain API has no
+// such role there.
+func anthropicRole(m *chat.Message) string {
+	switch {
+	case m.Role == chat.RoleAssistant:
+		return "assistant"
+	case m.Role == chat.RoleSystem && m.Wire == string(Anthropic):
+		return "system"
+	}
+	return "user"
 }
 
 // anthropicBlocks renders one neutral message as content blocks.

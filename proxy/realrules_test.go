@@ -1,0 +1,246 @@
+package proxy
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	ctxmgr "github.com/ctxmgr/ctxmgr"
+	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/proxy/fakeupstream"
+	"github.com/ctxmgr/ctxmgr/wire"
+)
+
+// postRaw posts a body to the proxy and returns the status, the X-Ctxmgr-Max-Tokens header
+// and the answer.
+func postRaw(t *testing.T, url, path, body string, header ...string) (int, string, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header.Get(MaxTokensHeader), b
+}
+
+// cacheControls counts the blocks with cache_control in a forwarded Anthropic body.
+func cacheControls(t *testing.T, body []byte) int {
+	t.Helper()
+	return strings.Count(string(body), `"cache_control"`)
+}
+
+func jsonString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// TestAnthropicBreakpointsDoNotPileUp is the reproduction of issue 9 (1): four requests, each
+// with two breakpoints (a system block and the last message), the breakpoint moving to the
+// newest message every time, on a window small enough that the proxy rewrites the request.
+// The real API refuses a fifth breakpoint; the proxy used to forward 2, 3, 4, 5.
+func TestAnthropicBreakpointsDoNotPileUp(t *testing.T) {
+	e := newEnv(t, fakeupstream.Options{KeepBodies: true}, Config{Window: 16000})
+	big := strings.Repeat("line of a large tool output 0123456789\n", 24000/39)
+	cc := `,"cache_control":{"type":"ephemeral"}`
+	sys := `"system":[{"type":"text","text":"You are a coding agent."` + cc + `}]`
+	tools := `"tools":[{"name":"bash","description":"run","input_schema":{"type":"object","properties":{"cmd":{"type":"string"}}}}]`
+	user := `{"role":"user","content":[{"type":"text","text":"go"%s}]}`
+	use1 := `{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"bash","input":{"cmd":"cat big"}%s}]}`
+	res1 := `{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":` + jsonString(big) + `%s}]}`
+	use2 := `{"role":"assistant","content":[{"type":"tool_use","id":"toolu_2","name":"bash","input":{"cmd":"true"}%s}]}`
+	res2 := `{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_2","content":"ok"%s}]}`
+	done := `{"role":"assistant","content":[{"type":"text","text":"done"%s}]}`
+	next := `{"role":"user","content":[{"type":"text","text":"and now?"%s}]}`
+	histories := [][]string{{user}, {user, use1, res1}, {user, use1, res1, use2, res2}, {user, use1, res1, use2, res2, done, next}}
+	for i, h := range histories {
+		msgs := make([]string, len(h))
+		for j, m := range h {
+			mark := ""
+			if j == len(h)-1 {
+				mark = cc
+			}
+			msgs[j] = fmt.Sprintf(m, mark)
+		}
+		body := `{"model":"claude-sonnet-4-5","max_tokens":1024,"metadata":{"user_id":"bp"},` + sys + `,` + tools + `,"messages":[` + strings.Join(msgs, ",") + `]}`
+		if n := cacheControls(t, []byte(body)); n != 2 {
+			t.Fatalf("request %d: the client body has %d breakpoints", i, n)
+		}
+		status, _, answer := postRaw(t, e.px.URL, "/v1/messages", body)
+		if status != 200 {
+			t.Fatalf("request %d: %d %s", i, status, answer)
+		}
+	}
+	recs := e.fake.Records()
+	if len(recs) != len(histories) {
+		t.Fatalf("%d upstream requests, want %d", len(recs), len(histories))
+	}
+	rewritten := false
+	for i, r := range recs {
+		if n := cacheControls(t, r.Body); n != 2 {
+			t.Errorf("request %d forwarded with %d breakpoints, the client sent 2:\n%s", i, n, r.Body)
+		}
+		dec, err := wire.DecodeAnthropic(r.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := dec.Messages[len(dec.Messages)-1]
+		if breakpointOf(&last) == nil {
+			t.Errorf("request %d: the breakpoint is not on the last message", i)
+		}
+		if !strings.Contains(string(r.Body), jsonString(big)) && i > 0 {
+			rewritten = true
+		}
+	}
+	if !rewritten {
+		t.Fatalf("the proxy never rewrote the history: the test proves nothing")
+	}
+	// The stored history carries no breakpoint into a later request.
+	e.srv.sessMu.Lock()
+	ps := e.srv.sessions["user-bp"]
+	e.srv.sessMu.Unlock()
+	if ps == nil {
+		t.Fatal("no session user-bp")
+	}
+	for i, m := range ps.sess.History() {
+		if breakpointOf(&m) != nil {
+			t.Errorf("stored message %d keeps a breakpoint", i)
+		}
+	}
+}
+
+// TestPlaceBreakpoints: a breakpoint on an evicted message moves to the summary; one on a kept
+// message stays on it; two on one message become one; never more than the room.
+func TestPlaceBreakpoints(t *testing.T) {
+	v := json.RawMessage(`{"type":"ephemeral"}`)
+	text := func(role chat.Role, s string) chat.Message {
+		m := chat.TextMessage(role, s)
+		m.Wire = string(wire.Anthropic)
+		return m
+	}
+	summary := chat.TextMessage(chat.RoleUser, "[ctxmgr: summary v1]")
+	summary.Meta = map[string]string{"ctxmgr": "summary"}
+	stale := text(chat.RoleAssistant, "stale breakpoint")
+	stale.Content[0].Extra = map[string]json.RawMessage{cacheControl: v}
+	// history 0..5; 0..2 evicted; request = [summary, h3, h4, h5]
+	msgs := []chat.Message{summary, stale, text(chat.RoleUser, "h4"), text(chat.RoleAssistant, "h5")}
+	rep := ctxmgr.Report{Evicted: 3, Pinned: -1}
+	out := placeBreakpoints(msgs, rep, []breakpoint{{1, v}, {2, v}, {5, v}}, 4)
+	has := func(m chat.Message) bool { return breakpointOf(&m) != nil }
+	if !has(out[0]) || has(out[1]) || has(out[2]) || !has(out[3]) {
+		t.Fatalf("breakpoints at %v %v %v %v; want on the summary and the last message only", has(out[0]), has(out[1]), has(out[2]), has(out[3]))
+	}
+	if has(msgs[0]) || !has(msgs[1]) {
+		t.Fatalf("the prepared request's messages were modified in place")
+	}
+	b, err := wire.EncodeAnthropicMessages(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "cache_control"); n != 2 {
+		t.Fatalf("%d breakpoints encoded: %s", n, b)
+	}
+	// Room for one: the latest wins.
+	out = placeBreakpoints(msgs, rep, []breakpoint{{1, v}, {5, v}}, 1)
+	if has(out[0]) || !has(out[3]) {
+		t.Fatalf("with room for one, the latest breakpoint must stay")
+	}
+	// A tool result and a tool call take the breakpoint on their block.
+	tr := chat.ToolResult("toolu_1", "bash", "ok", false)
+	tr.Wire = string(wire.Anthropic)
+	got, ok := withBreakpoint(tr, v)
+	if !ok || breakpointOf(&got) == nil || breakpointOf(&tr) != nil {
+		t.Fatalf("tool result: %v %s", ok, got.Extra["block."])
+	}
+	if stripped := stripBreakpoints(got); breakpointOf(&stripped) != nil || len(stripped.Extra) != 0 {
+		t.Fatalf("strip left %v", stripped.Extra)
+	}
+}
+
+// TestMidConversationSystem: Claude Code's system entries inside messages are managed and
+// forwarded with their role.
+func TestMidConversationSystem(t *testing.T) {
+	e := newEnv(t, fakeupstream.Options{KeepBodies: true}, Config{})
+	body := `{"model":"claude-opus-4-7","max_tokens":1024,"system":"sys","messages":[{"role":"user","content":"hi"},{"role":"system","content":"The date is 2026-11-23."},{"role":"assistant","content":"hello"},{"role":"user","content":"again, no tools"}]}`
+	status, _, answer := postRaw(t, e.px.URL, "/v1/messages", body, "anthropic-beta", "mid-conversation-system-2026-04-07")
+	if status != 200 {
+		t.Fatalf("%d %s", status, answer)
+	}
+	if v := counterValue(e.srv.metrics.unmanaged.WithLabelValues("decode")); v != 0 {
+		t.Fatalf("a request with a system message inside messages went unmanaged")
+	}
+	recs := e.fake.Records()
+	if len(recs) != 1 || !strings.Contains(string(recs[0].Body), `{"role":"system","content":"The date is 2026-11-23."}`) {
+		t.Fatalf("forwarded: %s", recs[0].Body)
+	}
+}
+
+// TestMaxTokensLowered: a max_tokens at or above the window (Claude Code and @ai-sdk/anthropic
+// send 64000) is managed, and lowered in the forwarded body when it does not fit.
+func TestMaxTokensLowered(t *testing.T) {
+	e := newEnv(t, fakeupstream.Options{Window: 16000, KeepBodies: true}, Config{Window: 16000})
+	var msgs []string
+	for i := 0; i < 8; i++ {
+		msgs = append(msgs, fmt.Sprintf(`{"role":"user","content":%s},{"role":"assistant","content":"ok %d"}`,
+			jsonString(fmt.Sprintf("message %d: %s", i, strings.Repeat("words and more words ", 60))), i))
+	}
+	body := `{"model":"claude-sonnet-4-5","max_tokens":64000,"messages":[` + strings.Join(msgs, ",") + `,{"role":"user","content":"go on, no tools"}]}`
+	status, lowered, answer := postRaw(t, e.px.URL, "/v1/messages", body)
+	if status != 200 {
+		t.Fatalf("%d %s", status, answer)
+	}
+	recs := e.fake.Records()
+	if len(recs) != 1 {
+		t.Fatalf("%d upstream requests", len(recs))
+	}
+	r := recs[0]
+	if r.MaxTokens >= 64000 || r.MaxTokens < ReplyCap(16000) || r.Tokens+r.MaxTokens > 16000 {
+		t.Fatalf("forwarded %d input + max_tokens %d in a 16000 window", r.Tokens, r.MaxTokens)
+	}
+	if lowered != fmt.Sprint(r.MaxTokens) {
+		t.Fatalf("%s header %q, forwarded %d", MaxTokensHeader, lowered, r.MaxTokens)
+	}
+	if v := counterValue(e.srv.metrics.lowered); v != 1 {
+		t.Fatalf("ctxmgr_max_tokens_lowered_total = %v", v)
+	}
+	for _, reason := range []string{"config", "decode", "does_not_fit", "history"} {
+		if v := counterValue(e.srv.metrics.unmanaged.WithLabelValues(reason)); v != 0 {
+			t.Fatalf("unmanaged (%s)", reason)
+		}
+	}
+}
+
+// TestNoMaxTokensSmallModel: an OpenAI request without max_tokens, default configuration, in
+// front of an 8,192-token model: the reply reserve shrinks with the learned window, so the
+// overflow is recovered instead of reaching the client.
+func TestNoMaxTokensSmallModel(t *testing.T) {
+	e := newEnv(t, fakeupstream.Options{RejectAbove: 8192}, Config{})
+	var msgs []string
+	for i := 0; i < 60; i++ {
+		msgs = append(msgs, fmt.Sprintf(`{"role":"user","content":%s},{"role":"assistant","content":"ok %d"}`,
+			jsonString(fmt.Sprintf("message %d: %s", i, strings.Repeat("several words of text ", 40))), i))
+	}
+	body := `{"model":"gpt-4o","messages":[` + strings.Join(msgs, ",") + `,{"role":"user","content":"go on, no tools"}]}`
+	status, _, answer := postRaw(t, e.px.URL, "/v1/chat/completions", body)
+	if status != 200 {
+		t.Fatalf("%d %s", status, answer)
+	}
+	recs := e.fake.Records()
+	if countStatus(recs, 400) == 0 {
+		t.Fatalf("the upstream never refused: the test proves nothing (largest %d tokens)", maxTokens(recs))
+	}
+	if last := recs[len(recs)-1]; last.Status != 200 || last.Tokens > 8192 {
+		t.Fatalf("last upstream request: status %d, %d tokens", last.Status, last.Tokens)
+	}
+}
