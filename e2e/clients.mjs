@@ -170,7 +170,7 @@ export async function openaiResponses({ proxy, work }) {
 
 export function claudeCode(model) {
   return async ({ proxy, trap, work, dir }) => {
-    const steps = 16;
+    const steps = 24; // ~120K tokens of tool output through a 40K window
     const files = path.join(work, 'files');
     writeSteps(files, steps, 5000, 'claude');
     const home = path.join(dir, 'home');
@@ -200,7 +200,7 @@ export function claudeCode(model) {
 // --- Codex CLI (codex exec, a custom Responses provider) ---
 
 export async function codexExec({ proxy, trap, work, dir }) {
-  const steps = 16;
+  const steps = 24; // ~100K tokens of tool output through a 40K window
   const files = path.join(work, 'files');
   writeSteps(files, steps, 4000, 'codex');
   const home = path.join(dir, 'home');

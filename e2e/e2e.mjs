@@ -16,7 +16,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import {
-  WORK, BIN, FAKE_BIN, startFake, startProxy, startTrap, checkUpstream, checkManaged, proxyLogHints, killAll,
+  WORK, BIN, FAKE_BIN, guardNet, startFake, startProxy, startTrap, checkUpstream, checkManaged, proxyLogHints, killAll,
 } from './lib.mjs';
 import { runLegacy } from './legacy.mjs';
 import * as clients from './clients.mjs';
@@ -25,6 +25,7 @@ if (!BIN || !FAKE_BIN || !WORK) {
   console.error('e2e: CTXMGR_BIN, FAKE_BIN and WORK must be set');
   process.exit(2);
 }
+const outbound = guardNet();
 const TURNS = Number(process.env.TURNS ?? '60');
 const only = (process.env.CASES ?? '').split(',').map((s) => s.trim()).filter(Boolean);
 const CASE_TIMEOUT = 150000;
@@ -75,6 +76,7 @@ async function runCase(c) {
     fake = await startFake(dir, c.window);
     proxy = await startProxy(dir, fake.url, c.window);
     trap = await startTrap();
+    const outboundBefore = outbound.length;
     let res;
     try {
       res = await withTimeout(c.run({ proxy, trap, work, dir }), CASE_TIMEOUT, 'the client');
@@ -90,6 +92,8 @@ async function runCase(c) {
     const m = checkManaged(await proxy.metrics());
     fails.push(...m.fails);
     notes.push(m.summary);
+    const mine = outbound.slice(outboundBefore);
+    if (mine.length) fails.push(`a connection left loopback: ${[...new Set(mine)].slice(0, 5).join(', ')}`);
     if (trap.attempts.length) fails.push(`the client tried to leave the machine: ${[...new Set(trap.attempts)].slice(0, 5).join(', ')}`);
     const code = await proxy.stop();
     if (code !== 0) fails.push(`ctxmgr serve exited with ${code} after SIGTERM`);
@@ -111,9 +115,12 @@ async function legacyCases() {
   const dir = path.join(WORK, 'official-sdks');
   fs.mkdirSync(dir, { recursive: true });
   const started = Date.now();
+  const outboundBefore = outbound.length;
   const r = await withTimeout(runLegacy(dir, { window: 8192, turns: TURNS }), 240000, 'the official SDKs scenario')
     .catch((err) => ({ openai: [String(err.message)], anthropic: [String(err.message)], lines: [] }));
   for (const l of r.lines.filter((x) => x.startsWith('upstream:') || x.startsWith('metrics:'))) console.log(`e2e: ${l}`);
+  const mine = outbound.slice(outboundBefore);
+  if (mine.length) for (const k of ['openai', 'anthropic']) r[k].push(`a connection left loopback: ${[...new Set(mine)].slice(0, 5).join(', ')}`);
   const secs = `${((Date.now() - started) / 1000).toFixed(1)}s`;
   report(names[0], r.openai, [secs]);
   report(names[1], r.anthropic, [secs]);

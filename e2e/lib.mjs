@@ -80,7 +80,9 @@ export async function startProxy(dir, upstream, window, n = 0) {
     url,
     child,
     async metrics() {
-      return parseMetrics(await (await fetch(`${url}/metrics`)).text());
+      const text = await (await fetch(`${url}/metrics`)).text();
+      fs.writeFileSync(path.join(dir, 'metrics.txt'), text);
+      return parseMetrics(text);
     },
     // stop sends SIGTERM (a graceful shutdown) and returns the exit code.
     async stop() {
@@ -226,7 +228,8 @@ export function checkManaged(m) {
   if (!(compactions > 0 || after < before)) fails.push(`no management: ${compactions} compactions, tokens before ${before}, after ${after}`);
   const unmanaged = Object.entries(m.series).filter(([k, v]) => k.startsWith('ctxmgr_unmanaged_total') && v > 0);
   if (unmanaged.length) fails.push(`requests forwarded unmanaged: ${unmanaged.map(([k, v]) => `${k} ${v}`).join(', ')}`);
-  return { fails, summary: `${compactions} compactions, tokens ${before} before / ${after} after management` };
+  const branches = m.get('ctxmgr_branches_total');
+  return { fails, summary: `${compactions} compactions, tokens ${before} before / ${after} after management, ${branches} branches` };
 }
 
 // unmanagedReasons returns the proxy log's reasons for unmanaged requests (first few).
@@ -244,4 +247,27 @@ export function proxyLogHints(dir) {
     if (out.size >= 3) break;
   }
   return [...out];
+}
+
+// guardNet makes every outgoing TCP connection of this process (the in-process SDK clients:
+// openai, @anthropic-ai/sdk, the AI SDK, LangChain) to a host other than loopback fail at
+// once, and remembers it in the returned list. (Node's fetch ignores HTTP_PROXY, so the trap
+// cannot see them.)
+export function guardNet() {
+  const attempts = [];
+  const loopback = new Set(['127.0.0.1', 'localhost', '::1', '[::1]']);
+  const orig = net.Socket.prototype.connect;
+  net.Socket.prototype.connect = function connect(...args) {
+    let opts = args[0];
+    if (Array.isArray(opts)) opts = opts[0];
+    if (typeof opts !== 'object' || opts === null) opts = { port: args[0], host: typeof args[1] === 'string' ? args[1] : undefined };
+    const host = opts.host ?? 'localhost';
+    if (!opts.path && !loopback.has(host)) {
+      attempts.push(`${host}:${opts.port}`);
+      process.nextTick(() => this.destroy(new Error(`e2e: connection to ${host}:${opts.port} refused: nothing leaves the machine`)));
+      return this;
+    }
+    return orig.apply(this, args);
+  };
+  return attempts;
 }

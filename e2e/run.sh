@@ -57,6 +57,8 @@ if [ ! -f "$E2E_DIR/node_modules/.package-lock.json" ] ||
 fi
 
 echo "e2e: clients: $(cd "$E2E_DIR" && node -e 'const p=require("./package.json");console.log(Object.entries(p.dependencies).map(([k,v])=>k+"@"+v).join(" "))')"
+# No LangSmith tracing, whatever the caller's environment says.
+LANGCHAIN_TRACING_V2=false LANGSMITH_TRACING=false \
 CTXMGR_BIN="$WORK/ctxmgr" FAKE_BIN="$WORK/fakeupstream" WORK="$WORK" TURNS="$TURNS" \
   timeout 280 node "$E2E_DIR/e2e.mjs" &
 NODE_PID=$!
