@@ -19,10 +19,47 @@
 // A user text containing "slowly" makes a streamed answer pause 100 ms between events (to
 // test a graceful shutdown in the middle of a stream).
 //
+// With Options.Thinking, an Anthropic request with thinking {type: enabled|adaptive} gets a
+// thinking block first, "Thinking about: <user text>", signed by the fake (and a
+// redacted_thinking block after it when the user text contains "redacted").
+//
 // The model name selects errors: "error-401" answers 401 and "error-429" answers 429 with the
-// provider's error body. Requests whose exact count plus max tokens exceed Options.Window, or
-// whose count exceeds Options.RejectAbove, get the provider's context-overflow error (OpenAI
-// 400 context_length_exceeded, Anthropic 400 "prompt is too long").
+// provider's error body.
+//
+// # Strictness
+//
+// The fake is as strict as the real APIs (DESIGN.md section 9). It checks the raw JSON body
+// with its own small decoders, independently of package wire, and answers a request the real
+// API refuses with the provider's real error status and body. Anthropic /v1/messages:
+//   - max_tokens is required; roles are user, assistant, or system (mid-conversation system
+//     entries, beta mid-conversation-system-...); content is a string or a list of blocks;
+//   - at most 4 blocks with cache_control, counted over system blocks, tools, message blocks
+//     and tool_result contents together ("A maximum of 4 blocks with cache_control may be
+//     provided. Found 5.");
+//   - thinking and redacted_thinking blocks come back exactly as the fake issued them
+//     ("messages.N.content.M: Invalid `signature` in `thinking` block");
+//   - consecutive same-role messages are merged into one turn (system entries are transparent),
+//     as the API merges them; every tool_use is answered by a tool_result at the start of the
+//     next turn, every tool_result answers a tool_use of the turn before;
+//   - with Options.Thinking and thinking {type: enabled}, the last assistant turn of a tool
+//     loop starts with a thinking block;
+//   - input over the window: "prompt is too long: N tokens > W maximum"; input plus max_tokens
+//     over it: "input length and `max_tokens` exceed context limit: N + M > W, ...".
+//
+// OpenAI /v1/chat/completions:
+//   - roles are system, developer, user, assistant, tool, function; max_tokens,
+//     max_completion_tokens or neither;
+//   - an assistant message's tool_calls are answered by tool messages with the same
+//     tool_call_id before the next message of another role; a tool message answers a call of
+//     the assistant message before its run;
+//   - overflow: 400 context_length_exceeded, "This model's maximum context length is W tokens.
+//     However, your messages resulted in N tokens." (input only, when max tokens is absent) or
+//     "However, you requested T tokens (N in the messages, M in the completion)."
+//
+// Everything else the real APIs accept is accepted: query strings (?beta=true), any headers,
+// metadata, context_management, images, documents, server tool blocks, citations. Each refusal
+// is recorded with the rule it broke (Record.Rule) and, for a malformed request, the provider's
+// message (Record.Valid).
 package fakeupstream
 
 import (
@@ -41,7 +78,6 @@ import (
 
 	"github.com/ctxmgr/ctxmgr/chat"
 	"github.com/ctxmgr/ctxmgr/tokens"
-	"github.com/ctxmgr/ctxmgr/turns"
 	"github.com/ctxmgr/ctxmgr/wire"
 )
 
@@ -61,6 +97,12 @@ type Options struct {
 	Delay time.Duration
 	// ChunkDelay is slept between streamed events.
 	ChunkDelay time.Duration
+	// Thinking makes the fake issue signed thinking blocks when an Anthropic request asks for
+	// thinking (type enabled or adaptive), and enforce, with type enabled, that the last
+	// assistant turn of a tool loop starts with its thinking. Signatures are verified always.
+	Thinking bool
+	// SigningKey is the key thinking signatures are made with; empty: a random key per Server.
+	SigningKey []byte
 }
 
 // Record is one request the fake upstream received.
@@ -76,8 +118,16 @@ type Record struct {
 	MaxTokens int `json:"max_tokens"`
 	// Messages is the number of messages of the neutral model.
 	Messages int `json:"messages"`
-	// Valid is empty when the tool calls and results are paired (turns.Validate), else the error.
+	// Valid is empty when the request is well formed by the real API's rules (see the package
+	// doc), else the provider's error message. A request that merely does not fit the window
+	// is well formed: its Rule is RuleWindow and its Valid is empty.
 	Valid string `json:"valid,omitempty"`
+	// Rule names the rule a refused request broke (the Rule... constants); empty when answered.
+	Rule string `json:"rule,omitempty"`
+	// Breakpoints is the number of blocks with cache_control (Anthropic).
+	Breakpoints int `json:"breakpoints,omitempty"`
+	// Thinking is the Anthropic thinking.type of the request ("enabled", "adaptive", ...).
+	Thinking string `json:"thinking,omitempty"`
 	// Status is the HTTP status answered.
 	Status int `json:"status"`
 	// Tools names the tools offered.
@@ -90,6 +140,8 @@ type Record struct {
 	Body json.RawMessage `json:"body,omitempty"`
 	// Reply says what was answered: "text", "tool_call", "ctxmgr_read", "error".
 	Reply string `json:"reply"`
+	// Issued counts the thinking blocks (thinking and redacted) the answer carries.
+	Issued int `json:"issued_thinking,omitempty"`
 }
 
 // Server is the fake upstream. It is an http.Handler.
@@ -97,6 +149,8 @@ type Server struct {
 	opts    Options
 	counter tokens.Counter
 	prefix  string
+	key     []byte
+	mux     *http.ServeMux
 	ids     atomic.Int64
 
 	mu      sync.Mutex
@@ -111,7 +165,20 @@ func New(opts Options) *Server {
 	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	return &Server{opts: opts, counter: tokens.NewCache(c, 1<<15), prefix: hex.EncodeToString(b[:])}
+	s := &Server{opts: opts, counter: tokens.NewCache(c, 1<<15), prefix: hex.EncodeToString(b[:]), key: opts.SigningKey}
+	if len(s.key) == 0 {
+		s.key = make([]byte, 32)
+		_, _ = rand.Read(s.key)
+	}
+	// The routes. A new endpoint is one more line here.
+	s.mux = http.NewServeMux()
+	s.mux.HandleFunc("GET /v1/models", s.serveModels)
+	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.serveChat(w, r, wire.OpenAI) })
+	s.mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { s.serveChat(w, r, wire.Anthropic) })
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, `{"error":{"message":"Unknown request URL","type":"invalid_request_error"}}`, http.StatusNotFound)
+	})
+	return s
 }
 
 // Records returns a copy of what was received so far.
@@ -143,19 +210,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.opts.Delay > 0 {
 		time.Sleep(s.opts.Delay)
 	}
-	switch {
-	case r.Method == http.MethodGet && r.URL.Path == "/v1/models":
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("X-Fake-Upstream", "models")
-		_, _ = io.WriteString(w, `{"object":"list","data":[{"id":"gpt-4o","object":"model","created":1715367049,"owned_by":"system"},{"id":"claude-sonnet-4-5","object":"model","created":1715367049,"owned_by":"anthropic"}]}`)
-		return
-	case r.Method == http.MethodPost && r.URL.Path == "/v1/chat/completions":
-		s.serveChat(w, r, wire.OpenAI)
-	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages":
-		s.serveChat(w, r, wire.Anthropic)
-	default:
-		http.Error(w, `{"error":{"message":"Unknown request URL","type":"invalid_request_error"}}`, http.StatusNotFound)
-	}
+	s.mux.ServeHTTP(w, r)
+}
+
+func (s *Server) serveModels(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Fake-Upstream", "models")
+	_, _ = io.WriteString(w, `{"object":"list","data":[{"id":"gpt-4o","object":"model","created":1715367049,"owned_by":"system"},{"id":"claude-sonnet-4-5","object":"model","created":1715367049,"owned_by":"anthropic"}]}`)
 }
 
 func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, f wire.Format) {
@@ -173,34 +234,18 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, f wire.Format
 	if s.opts.KeepBodies {
 		rec.Body = json.RawMessage(body)
 	}
-	req, err := wire.Decode(f, body)
-	if err != nil {
-		rec.Status, rec.Reply = 400, "error"
-		s.record(&rec)
-		writeError(w, f, 400, "invalid_request_error", "could not parse the request: "+err.Error())
+	var chk checked
+	if f == wire.Anthropic {
+		chk = s.checkAnthropic(body)
+	} else {
+		chk = checkOpenAI(body)
+	}
+	rec.Model, rec.Stream, rec.MaxTokens = chk.model, chk.stream, chk.maxTokens
+	rec.Breakpoints, rec.Thinking, rec.Extra = chk.breakpoints, chk.thinking, chk.extra
+	if chk.v != nil && chk.v.rule == RuleParse {
+		s.refuse(w, &rec, chk.v)
 		return
 	}
-	rec.Extra = map[string]json.RawMessage{}
-	for k, v := range req.Extra {
-		rec.Extra[k] = v
-	}
-	_ = json.Unmarshal(req.Extra["model"], &rec.Model)
-	_ = json.Unmarshal(req.Extra["stream"], &rec.Stream)
-	for _, k := range []string{"max_tokens", "max_completion_tokens"} {
-		var n int
-		if json.Unmarshal(req.Extra[k], &n) == nil && n > 0 {
-			rec.MaxTokens = n
-		}
-	}
-	for _, t := range req.Tools {
-		rec.Tools = append(rec.Tools, t.Name)
-	}
-	rec.Messages = len(req.Messages)
-	rec.Tokens = s.counter.Request(req).Total
-	if err := turns.Validate(req.Messages, turns.ValidateOptions{}); err != nil {
-		rec.Valid = err.Error()
-	}
-
 	switch rec.Model {
 	case "error-401":
 		rec.Status, rec.Reply = 401, "error"
@@ -223,39 +268,45 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, f wire.Format
 		}
 		return
 	}
-	if f == wire.Anthropic && rec.MaxTokens == 0 {
-		rec.Status, rec.Reply = 400, "error"
-		s.record(&rec)
-		writeError(w, f, 400, "invalid_request_error", "max_tokens: Field required")
+	// The neutral model, for the token count and the reply.
+	req, err := s.decode(f, body, chk.systemEntries)
+	if err == nil {
+		for _, t := range req.Tools {
+			rec.Tools = append(rec.Tools, t.Name)
+		}
+		rec.Messages = len(req.Messages)
+		rec.Tokens = s.counter.Request(req).Total
+	}
+	if chk.v != nil {
+		s.refuse(w, &rec, chk.v)
 		return
 	}
-	over := s.opts.Window > 0 && rec.Tokens+rec.MaxTokens > s.opts.Window ||
-		s.opts.RejectAbove > 0 && rec.Tokens > s.opts.RejectAbove
-	if over {
-		rec.Status, rec.Reply = 400, "error"
-		s.record(&rec)
-		limit := s.opts.Window
-		if s.opts.RejectAbove > 0 && (limit == 0 || s.opts.RejectAbove < limit) {
-			limit = s.opts.RejectAbove
-		}
-		if f == wire.OpenAI {
-			writeRaw(w, 400, fmt.Sprintf(`{
-  "error": {
-    "message": "This model's maximum context length is %d tokens. However, your messages resulted in %d tokens. Please reduce the length of the messages.",
-    "type": "invalid_request_error",
-    "param": "messages",
-    "code": "context_length_exceeded"
-  }
-}`, limit, rec.Tokens+rec.MaxTokens))
-		} else {
-			writeRaw(w, 400, fmt.Sprintf(`{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: %d tokens > %d maximum"},"request_id":"req_fake"}`, rec.Tokens, limit))
-		}
+	if err != nil {
+		// The request passed the fake's own checks but package wire cannot read it: the fake
+		// cannot count it. Refused, and marked invalid, so that a test notices.
+		s.refuse(w, &rec, errorFor(f, RuleParse, "the fake upstream could not decode the request: "+err.Error()))
+		return
+	}
+	if v := s.window(f, rec.Tokens, rec.MaxTokens); v != nil {
+		s.refuse(w, &rec, v)
 		return
 	}
 
 	rep := s.decide(req)
-	if n := len(req.Messages); n > 0 && strings.Contains(req.Messages[n-1].Text(), "slowly") {
+	if last := lastSpoken(req.Messages); last != nil && strings.Contains(last.Text(), "slowly") {
 		rep.slow = true
+	}
+	if f == wire.Anthropic && s.opts.Thinking && (chk.thinking == "enabled" || chk.thinking == "adaptive") {
+		text := "Hello."
+		if last := lastSpoken(req.Messages); last != nil {
+			text = last.Text()
+		}
+		rep.thinking = "Thinking about: " + trim(text, 120)
+		rep.redacted = strings.Contains(text, "redacted")
+		rec.Issued = 1
+		if rep.redacted {
+			rec.Issued = 2
+		}
 	}
 	rec.Status, rec.Reply = 200, rep.kind
 	s.record(&rec)
@@ -277,6 +328,106 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, f wire.Format
 			s.answerAnthropic(w, rec.Model, rep, usage)
 		}
 	}
+}
+
+// refuse records a refused request and answers the provider's error.
+func (s *Server) refuse(w http.ResponseWriter, rec *Record, v *violation) {
+	rec.Status, rec.Reply, rec.Rule = v.status, "error", v.rule
+	if v.structural() {
+		rec.Valid = v.msg
+	}
+	s.record(rec)
+	writeRaw(w, v.status, v.body)
+}
+
+// errorFor is a 400 invalid_request_error in the format's error shape.
+func errorFor(f wire.Format, rule, msg string) *violation {
+	if f == wire.OpenAI {
+		return openAIViolation(rule, msg, "", "")
+	}
+	return anthropicViolation(rule, msg)
+}
+
+// window checks a counted request against Options.Window (input plus max tokens) and
+// Options.RejectAbove (input alone), with the providers' real overflow errors.
+func (s *Server) window(f wire.Format, input, maxTokens int) *violation {
+	limit, inputOver := 0, false
+	if s.opts.RejectAbove > 0 && input > s.opts.RejectAbove {
+		limit, inputOver = s.opts.RejectAbove, true
+	}
+	if s.opts.Window > 0 && input > s.opts.Window && (limit == 0 || s.opts.Window < limit) {
+		limit, inputOver = s.opts.Window, true
+	}
+	totalOver := !inputOver && s.opts.Window > 0 && input+maxTokens > s.opts.Window
+	if totalOver {
+		limit = s.opts.Window
+	}
+	if !inputOver && !totalOver {
+		return nil
+	}
+	if f == wire.OpenAI {
+		msg := fmt.Sprintf("This model's maximum context length is %d tokens. However, your messages resulted in %d tokens. Please reduce the length of the messages.", limit, input)
+		if maxTokens > 0 {
+			msg = fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.", limit, input+maxTokens, input, maxTokens)
+		}
+		v := openAIViolation(RuleWindow, msg, "messages", "context_length_exceeded")
+		return v
+	}
+	if inputOver {
+		return anthropicViolation(RuleWindow, fmt.Sprintf("prompt is too long: %d tokens > %d maximum", input, limit))
+	}
+	return anthropicViolation(RuleWindow, fmt.Sprintf("input length and `max_tokens` exceed context limit: %d + %d > %d, decrease input length or `max_tokens` and try again", input, maxTokens, limit))
+}
+
+// decode converts a request to the neutral model with package wire, for the token count and the
+// reply. Package wire may not know Anthropic's mid-conversation system entries, which the real
+// API accepts: they are then decoded as user messages marked in Extra, and turned back into
+// system messages.
+func (s *Server) decode(f wire.Format, body []byte, systemEntries bool) (*chat.Request, error) {
+	req, err := wire.Decode(f, body)
+	if err == nil || f != wire.Anthropic || !systemEntries {
+		return req, err
+	}
+	top, terr := topLevel(body)
+	if terr != nil {
+		return nil, err
+	}
+	var msgs []map[string]json.RawMessage
+	if json.Unmarshal(top["messages"], &msgs) != nil {
+		return nil, err
+	}
+	for _, m := range msgs {
+		if string(m["role"]) == `"system"` {
+			m["role"] = json.RawMessage(`"user"`)
+			m[systemMark] = json.RawMessage(`true`)
+		}
+	}
+	top["messages"], _ = json.Marshal(msgs)
+	b, _ := json.Marshal(top)
+	req, err2 := wire.Decode(f, b)
+	if err2 != nil {
+		return nil, err
+	}
+	for i := range req.Messages {
+		m := &req.Messages[i]
+		if _, ok := m.Extra[systemMark]; ok {
+			delete(m.Extra, systemMark)
+			m.Role = chat.RoleSystem
+		}
+	}
+	return req, nil
+}
+
+const systemMark = "x-fake-system-entry"
+
+// lastSpoken is the last message that is not a system entry (nil: none).
+func lastSpoken(msgs []chat.Message) *chat.Message {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role != chat.RoleSystem {
+			return &msgs[i]
+		}
+	}
+	return nil
 }
 
 func (s *Server) record(rec *Record) {
@@ -307,21 +458,16 @@ func writeRaw(w http.ResponseWriter, status int, body string) {
 	_, _ = io.WriteString(w, body)
 }
 
-func writeError(w http.ResponseWriter, f wire.Format, status int, typ, msg string) {
-	m, _ := json.Marshal(msg)
-	if f == wire.OpenAI {
-		writeRaw(w, status, fmt.Sprintf(`{"error":{"message":%s,"type":%q,"param":null,"code":null}}`, m, typ))
-		return
-	}
-	writeRaw(w, status, fmt.Sprintf(`{"type":"error","error":{"type":%q,"message":%s}}`, typ, m))
-}
-
 // reply is what the fake answers.
 type reply struct {
 	kind  string // text, tool_call, ctxmgr_read
 	text  string
 	calls []call
 	slow  bool
+	// thinking, when set, is issued as a signed thinking block first (Anthropic); redacted
+	// adds a redacted_thinking block after it.
+	thinking string
+	redacted bool
 }
 
 type call struct {
@@ -338,10 +484,10 @@ func (s *Server) decide(req *chat.Request) reply {
 		return rep
 	}
 	msgs := req.Messages
-	if len(msgs) == 0 {
+	last := lastSpoken(msgs)
+	if last == nil {
 		return reply{kind: "text", text: "Hello."}
 	}
-	last := &msgs[len(msgs)-1]
 	if last.Role == chat.RoleTool {
 		name := last.Name
 		if name == "" {
@@ -483,6 +629,12 @@ func anthropicUsage(prompt, output int) map[string]any {
 
 func (s *Server) anthropicContent(rep reply) ([]any, string) {
 	var content []any
+	if rep.thinking != "" {
+		content = append(content, map[string]any{"type": "thinking", "thinking": rep.thinking, "signature": s.signThinking(rep.thinking)})
+		if rep.redacted {
+			content = append(content, map[string]any{"type": "redacted_thinking", "data": s.redactedData("redacted: " + rep.thinking)})
+		}
+	}
 	if rep.text != "" {
 		content = append(content, map[string]any{"type": "text", "text": rep.text})
 	}
@@ -524,6 +676,14 @@ func (s *Server) streamAnthropic(w http.ResponseWriter, model string, rep reply,
 	for i, blk := range content {
 		b := blk.(map[string]any)
 		switch b["type"] {
+		case "thinking":
+			send("content_block_start", map[string]any{"type": "content_block_start", "index": i, "content_block": map[string]any{"type": "thinking", "thinking": "", "signature": ""}})
+			for _, piece := range pieces(b["thinking"].(string), 3) {
+				send("content_block_delta", map[string]any{"type": "content_block_delta", "index": i, "delta": map[string]any{"type": "thinking_delta", "thinking": piece}})
+			}
+			send("content_block_delta", map[string]any{"type": "content_block_delta", "index": i, "delta": map[string]any{"type": "signature_delta", "signature": b["signature"]}})
+		case "redacted_thinking":
+			send("content_block_start", map[string]any{"type": "content_block_start", "index": i, "content_block": b})
 		case "text":
 			send("content_block_start", map[string]any{"type": "content_block_start", "index": i, "content_block": map[string]any{"type": "text", "text": ""}})
 			for _, piece := range pieces(b["text"].(string), 3) {
