@@ -64,16 +64,16 @@ function aiTools(cwd) {
   return t;
 }
 
-async function aiSdkCase(model, { work }) {
+async function aiSdkCase(model, { work }, providerOptions) {
   const fails = [];
   const steps = [10, 8];
   const prompts = twoTurns(work, steps);
   const tools = aiTools(work);
-  const r1 = await generateText({ model, tools, prompt: prompts[0], stopWhen: stepCountIs(steps[0] + 2), maxRetries: 0 });
+  const r1 = await generateText({ model, tools, prompt: prompts[0], stopWhen: stepCountIs(steps[0] + 2), maxRetries: 0, providerOptions });
   expectDone(fails, 'generateText', r1.text, steps[0]);
   const messages = [{ role: 'user', content: prompts[0] }, ...r1.response.messages, { role: 'user', content: prompts[1] }];
   let streamErr;
-  const r2 = streamText({ model, tools, messages, stopWhen: stepCountIs(steps[1] + 2), maxRetries: 0, onError: ({ error }) => { streamErr = error; } });
+  const r2 = streamText({ model, tools, messages, stopWhen: stepCountIs(steps[1] + 2), maxRetries: 0, providerOptions, onError: ({ error }) => { streamErr = error; } });
   const text2 = await r2.text;
   if (streamErr) fails.push(`streamText: ${streamErr.message ?? streamErr}`);
   expectDone(fails, 'streamText', text2, steps[1]);
@@ -91,7 +91,9 @@ export function aiSdkOpenAIResponses(ctx) {
 }
 export function aiSdkAnthropic(ctx) {
   const anthropic = createAnthropic({ baseURL: `${ctx.proxy.url}/v1`, apiKey: 'sk-ant-e2e-aisdk' });
-  return aiSdkCase(anthropic('claude-sonnet-4-5'), ctx); // its default max_tokens
+  // Its default max_tokens (64000), and extended thinking: the fake signs the thinking blocks
+  // and refuses any that do not come back byte-exact.
+  return aiSdkCase(anthropic('claude-sonnet-4-5'), ctx, { anthropic: { thinking: { type: 'enabled', budgetTokens: 2048 } } });
 }
 
 // --- LangChain JS ---

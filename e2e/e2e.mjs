@@ -32,12 +32,12 @@ const CASE_TIMEOUT = 150000;
 
 // Each agent case: the client, its window, and the API paths its conversation uses.
 const cases = [
-  { name: 'claude-code (default model)', window: 40000, run: clients.claudeCode(null), paths: ['/v1/messages'] },
-  { name: 'claude-code (--model claude-sonnet-4-5)', window: 40000, run: clients.claudeCode('claude-sonnet-4-5'), paths: ['/v1/messages'] },
+  { name: 'claude-code (default model)', window: 40000, thinking: true, run: clients.claudeCode(null), paths: ['/v1/messages'] },
+  { name: 'claude-code (--model claude-sonnet-4-5)', window: 40000, thinking: true, run: clients.claudeCode('claude-sonnet-4-5'), paths: ['/v1/messages'] },
   { name: 'codex exec (Responses provider)', window: 40000, run: clients.codexExec, paths: ['/v1/responses'] },
   { name: 'ai-sdk openai.chat', window: 16000, run: clients.aiSdkOpenAIChat, paths: ['/v1/chat/completions'] },
   { name: 'ai-sdk openai.responses (openai(model))', window: 16000, run: clients.aiSdkOpenAIResponses, paths: ['/v1/responses'] },
-  { name: 'ai-sdk anthropic (default max_tokens)', window: 16000, run: clients.aiSdkAnthropic, paths: ['/v1/messages'] },
+  { name: 'ai-sdk anthropic (default max_tokens, thinking)', window: 16000, thinking: true, run: clients.aiSdkAnthropic, paths: ['/v1/messages'] },
   { name: 'langchain ChatOpenAI', window: 16000, run: clients.langchainOpenAI, paths: ['/v1/chat/completions'] },
   { name: 'langchain ChatAnthropic', window: 16000, run: clients.langchainAnthropic, paths: ['/v1/messages'] },
   { name: 'openai sdk responses (store:false)', window: 16000, run: clients.openaiResponses, paths: ['/v1/responses'] },
@@ -73,7 +73,7 @@ async function runCase(c) {
   let proxy;
   let trap;
   try {
-    fake = await startFake(dir, c.window);
+    fake = await startFake(dir, c.window, { thinking: c.thinking });
     proxy = await startProxy(dir, fake.url, c.window);
     trap = await startTrap();
     const outboundBefore = outbound.length;

@@ -41,11 +41,11 @@ async function waitAddr(file, child, what) {
 }
 
 // startFake starts a fake upstream with its own records file.
-export async function startFake(dir, window) {
+export async function startFake(dir, window, { thinking = false } = {}) {
   const addrFile = path.join(dir, 'upstream.addr');
   const records = path.join(dir, 'records.jsonl');
   const log = fs.openSync(path.join(dir, 'upstream.log'), 'a');
-  const child = track(spawn(FAKE_BIN, ['-addr-file', addrFile, '-log', records, '-window', String(window)],
+  const child = track(spawn(FAKE_BIN, ['-addr-file', addrFile, '-log', records, '-window', String(window), ...(thinking ? ['-thinking'] : [])],
     { stdio: ['ignore', log, log] }));
   const exited = new Promise((resolve) => child.on('exit', resolve));
   const url = `http://${await waitAddr(addrFile, child, 'the fake upstream')}`;
@@ -196,26 +196,29 @@ export function checkUpstream(recs, window, { paths } = {}) {
   let overflow = 0;
   let maxUse = 0;
   let calls = 0;
+  let maxBreakpoints = 0;
+  let thinking = 0;
   for (let i = 0; i < recs.length; i++) {
     const r = recs[i];
     if (paths && !paths.includes(r.path)) continue;
-    if (r.valid) fails.push(`upstream request ${r.seq} (${r.path}) has unpaired tool calls: ${r.valid}`);
     if (r.status === 200) {
       ok++;
       if (r.reply === 'tool_call') calls++;
       maxUse = Math.max(maxUse, r.tokens + r.max_tokens);
       if (r.tokens + r.max_tokens > window) fails.push(`upstream request ${r.seq} (${r.path}) does not fit: ${r.tokens} tokens + ${r.max_tokens} max output > window ${window}`);
-    } else if (r.status === 400 && r.tokens > 0) {
+    } else if (r.rule === 'window') {
       overflow++;
       const next = recs.slice(i + 1).find((x) => x.path === r.path);
       if (!(next && next.tokens + next.max_tokens < r.tokens + r.max_tokens)) {
         fails.push(`upstream request ${r.seq} (${r.path}) was refused (400: ${r.tokens} tokens + ${r.max_tokens} max output > window ${window}) and not retried smaller`);
       }
     } else {
-      fails.push(`upstream request ${r.seq} (${r.path}, model ${r.model || '?'}) answered ${r.status}${r.status === 400 ? ' (the fake could not parse it)' : ''}`);
+      fails.push(`upstream request ${r.seq} (${r.path}, model ${r.model || '?'}) refused with ${r.status}${r.rule ? ` (rule ${r.rule})` : ''}: ${r.valid || r.reply}`);
     }
+    maxBreakpoints = Math.max(maxBreakpoints, r.breakpoints ?? 0);
+    thinking += r.issued_thinking ?? 0;
   }
-  return { fails, summary: `${recs.length} upstream requests, ${ok} answered, ${overflow} overflows, ${calls} tool calls; largest request + max output ${maxUse} of window ${window}` };
+  return { fails, summary: `${recs.length} upstream requests, ${ok} answered, ${overflow} overflows, ${calls} tool calls; largest request + max output ${maxUse} of window ${window}${maxBreakpoints ? `, up to ${maxBreakpoints} cache breakpoints` : ''}${thinking ? `, ${thinking} signed thinking blocks issued` : ''}` };
 }
 
 // checkManaged reads the proxy's metrics: management happened (a compaction, or tokens

@@ -23,9 +23,10 @@ func main() {
 	logPath := flag.String("log", "", "append one JSON record per request to this file")
 	window := flag.Int("window", 0, "reject requests whose tokens + max tokens exceed this with the overflow error (0: no limit)")
 	bodies := flag.Bool("bodies", false, "record request bodies")
+	thinking := flag.Bool("thinking", false, "answer Anthropic requests that enable thinking with signed thinking blocks")
 	flag.Parse()
 
-	opts := fakeupstream.Options{Window: *window, KeepBodies: *bodies}
+	opts := fakeupstream.Options{Window: *window, KeepBodies: *bodies, Thinking: *thinking}
 	if *logPath != "" {
 		f, err := os.OpenFile(*logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 		if err != nil {
