@@ -202,6 +202,10 @@ func randomID(prefix string) string {
 func writeLocal(w http.ResponseWriter, f Format, model string, stream, includeUsage bool, text string) {
 	h := w.Header()
 	h.Set("X-Ctxmgr-Local", "1")
+	if f == FormatResponses {
+		writeResponsesLocal(w, model, stream, text)
+		return
+	}
 	if !stream {
 		h.Set("Content-Type", "application/json")
 		var v any

@@ -24,6 +24,9 @@ type Format string
 const (
 	FormatOpenAI    Format = "openai"
 	FormatAnthropic Format = "anthropic"
+	// FormatResponses is the OpenAI Responses API (POST /v1/responses). Its requests go to
+	// the OpenAI upstream, and routes of format "openai" apply to it.
+	FormatResponses Format = "responses"
 )
 
 // Route sends the requests of one format whose model starts with ModelPrefix to URL. The
@@ -170,7 +173,7 @@ func (c Config) validate() error {
 func (c *Config) upstream(f Format, model string) string {
 	best, n := "", -1
 	for _, r := range c.Routes {
-		if r.Format == f && strings.HasPrefix(model, r.ModelPrefix) && len(r.ModelPrefix) > n {
+		if (r.Format == f || f == FormatResponses && r.Format == FormatOpenAI) && strings.HasPrefix(model, r.ModelPrefix) && len(r.ModelPrefix) > n {
 			best, n = r.URL, len(r.ModelPrefix)
 		}
 	}

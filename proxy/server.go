@@ -88,6 +88,8 @@ func New(cfg Config) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.handleChat(w, r, FormatOpenAI) })
 	mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { s.handleChat(w, r, FormatAnthropic) })
+	mux.HandleFunc("POST /v1/responses", func(w http.ResponseWriter, r *http.Request) { s.handleChat(w, r, FormatResponses) })
+	mux.HandleFunc("POST /v1/responses/input_tokens", s.handleInputTokens)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "ok\n")
@@ -364,6 +366,13 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 		// Not a body the proxy understands: the upstream gives the real error.
 		s.metrics.unmanaged.WithLabelValues("decode").Inc()
 		attrs = append(attrs, slog.String("unmanaged", derr.Error()))
+		x.forward(r.Context(), body)
+		return
+	}
+	if reason := providerState(format, dec); reason != "" {
+		// The history lives on the provider (responses.go): nothing to manage here.
+		s.metrics.unmanaged.WithLabelValues("provider_state").Inc()
+		attrs = append(attrs, slog.String("unmanaged", reason))
 		x.forward(r.Context(), body)
 		return
 	}
@@ -708,8 +717,11 @@ type usage struct {
 }
 
 func (u *usage) input(f Format) int {
-	if f == FormatAnthropic {
+	switch f {
+	case FormatAnthropic:
 		return u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens
+	case FormatResponses:
+		return u.InputTokens // cached tokens included
 	}
 	return u.PromptTokens
 }

@@ -155,6 +155,8 @@ type Server struct {
 
 	mu      sync.Mutex
 	records []Record
+
+	resp responsesState // the Responses API's memory (responses.go)
 }
 
 // New returns a fake upstream.
@@ -175,6 +177,8 @@ func New(opts Options) *Server {
 	s.mux.HandleFunc("GET /v1/models", s.serveModels)
 	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.serveChat(w, r, wire.OpenAI) })
 	s.mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { s.serveChat(w, r, wire.Anthropic) })
+	s.mux.HandleFunc("POST /v1/responses", s.serveResponses)
+	s.mux.HandleFunc("POST /v1/responses/input_tokens", s.serveInputTokens)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":{"message":"Unknown request URL","type":"invalid_request_error"}}`, http.StatusNotFound)
 	})
