@@ -187,15 +187,28 @@ export function claudeCode(model) {
       ...trap.env,
     };
     fs.mkdirSync(env.TMPDIR, { recursive: true });
-    const args = ['-p', `Run the build steps and report. ${marker(steps, files)}`, '--output-format', 'text'];
-    if (model) args.push('--model', model);
+    const common = ['--output-format', 'text'];
+    if (model) common.push('--model', model);
     // As root, --dangerously-skip-permissions is refused: allow the two tools instead.
-    args.push('--allowedTools', 'Bash', 'Read');
-    const r = await runProcess(path.join(NODE_BIN, 'claude'), args, { cwd: work, env, timeoutMs: 120000, logFile: path.join(dir, 'client.log') });
+    common.push('--allowedTools', 'Bash', 'Read');
     const fails = [];
-    if (r.code !== 0) fails.push(`claude exited with ${r.code ?? r.signal}${r.timedOut ? ' (timed out)' : ''}: ${(r.stdout + r.stderr).trim().slice(0, 400)}`);
-    else expectDone(fails, 'claude -p', r.stdout, steps);
-    return { fails, notes: [] };
+    // Two runs of one conversation: the second continues the first (claude -p --continue).
+    const more = 8;
+    const files2 = path.join(work, 'files2');
+    writeSteps(files2, more, 5000, 'claude2');
+    const runs = [
+      { args: ['-p', `Run the build steps and report. ${marker(steps, files)}`, ...common], steps },
+      { args: ['-p', `Now the second batch. ${marker(more, files2)}`, '--continue', ...common], steps: more },
+    ];
+    for (const [i, run] of runs.entries()) {
+      const r = await runProcess(path.join(NODE_BIN, 'claude'), run.args, { cwd: work, env, timeoutMs: 120000, logFile: path.join(dir, `client${i + 1}.log`) });
+      if (r.code !== 0) {
+        fails.push(`claude run ${i + 1} exited with ${r.code ?? r.signal}${r.timedOut ? ' (timed out)' : ''}: ${(r.stdout + r.stderr).trim().slice(0, 400)}`);
+        break;
+      }
+      expectDone(fails, `claude -p run ${i + 1}`, r.stdout, run.steps);
+    }
+    return { fails, notes: ['2 runs (the second with --continue)'] };
   };
 }
 

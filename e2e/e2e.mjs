@@ -16,7 +16,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import {
-  WORK, BIN, FAKE_BIN, guardNet, startFake, startProxy, startTrap, checkUpstream, checkManaged, proxyLogHints, killAll,
+  WORK, BIN, FAKE_BIN, guardNet, storedSessions, startFake, startProxy, startTrap, checkUpstream, checkManaged, proxyLogHints, killAll,
 } from './lib.mjs';
 import { runLegacy } from './legacy.mjs';
 import * as clients from './clients.mjs';
@@ -32,15 +32,15 @@ const CASE_TIMEOUT = 150000;
 
 // Each agent case: the client, its window, and the API paths its conversation uses.
 const cases = [
-  { name: 'claude-code (default model)', window: 40000, thinking: true, run: clients.claudeCode(null), paths: ['/v1/messages'] },
-  { name: 'claude-code (--model claude-sonnet-4-5)', window: 40000, thinking: true, run: clients.claudeCode('claude-sonnet-4-5'), paths: ['/v1/messages'] },
-  { name: 'codex exec (Responses provider)', window: 40000, run: clients.codexExec, paths: ['/v1/responses'] },
-  { name: 'ai-sdk openai.chat', window: 16000, run: clients.aiSdkOpenAIChat, paths: ['/v1/chat/completions'] },
-  { name: 'ai-sdk openai.responses (openai(model))', window: 16000, run: clients.aiSdkOpenAIResponses, paths: ['/v1/responses'] },
-  { name: 'ai-sdk anthropic (default max_tokens, thinking)', window: 16000, thinking: true, run: clients.aiSdkAnthropic, paths: ['/v1/messages'] },
-  { name: 'langchain ChatOpenAI', window: 16000, run: clients.langchainOpenAI, paths: ['/v1/chat/completions'] },
-  { name: 'langchain ChatAnthropic', window: 16000, run: clients.langchainAnthropic, paths: ['/v1/messages'] },
-  { name: 'openai sdk responses (store:false)', window: 16000, run: clients.openaiResponses, paths: ['/v1/responses'] },
+  { name: 'claude-code (default model)', window: 40000, sessions: 1, thinking: true, run: clients.claudeCode(null), paths: ['/v1/messages'] },
+  { name: 'claude-code (--model claude-sonnet-4-5)', window: 40000, sessions: 1, thinking: true, run: clients.claudeCode('claude-sonnet-4-5'), paths: ['/v1/messages'] },
+  { name: 'codex exec (Responses provider)', window: 40000, sessions: 1, run: clients.codexExec, paths: ['/v1/responses'] },
+  { name: 'ai-sdk openai.chat', window: 16000, sessions: 1, run: clients.aiSdkOpenAIChat, paths: ['/v1/chat/completions'] },
+  { name: 'ai-sdk openai.responses (openai(model))', window: 16000, sessions: 1, run: clients.aiSdkOpenAIResponses, paths: ['/v1/responses'] },
+  { name: 'ai-sdk anthropic (default max_tokens, thinking)', window: 16000, sessions: 1, thinking: true, run: clients.aiSdkAnthropic, paths: ['/v1/messages'] },
+  { name: 'langchain ChatOpenAI', window: 16000, sessions: 1, run: clients.langchainOpenAI, paths: ['/v1/chat/completions'] },
+  { name: 'langchain ChatAnthropic', window: 16000, sessions: 1, run: clients.langchainAnthropic, paths: ['/v1/messages'] },
+  { name: 'openai sdk responses (store:false)', window: 16000, sessions: 1, run: clients.openaiResponses, paths: ['/v1/responses'] },
 ];
 
 const results = [];
@@ -97,6 +97,9 @@ async function runCase(c) {
     if (trap.attempts.length) fails.push(`the client tried to leave the machine: ${[...new Set(trap.attempts)].slice(0, 5).join(', ')}`);
     const code = await proxy.stop();
     if (code !== 0) fails.push(`ctxmgr serve exited with ${code} after SIGTERM`);
+    const sessions = storedSessions(dir);
+    notes.push(`${sessions.length} stored session${sessions.length === 1 ? '' : 's'}`);
+    if (c.sessions !== undefined && sessions.length !== c.sessions) fails.push(`${sessions.length} sessions stored, want ${c.sessions} (one conversation): ${sessions.map((x) => x.id ?? x.ID ?? JSON.stringify(x)).join(', ').slice(0, 300)}`);
     if (fails.length) for (const h of proxyLogHints(dir)) fails.push(`proxy log: ${h}`);
   } catch (err) {
     fails.push(`aborted: ${err.stack || err}`);

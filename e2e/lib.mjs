@@ -1,7 +1,7 @@
 // Shared machinery of the end-to-end cases: one fake upstream and one `ctxmgr serve` per case
 // (each with its own window, records and store), a trap that catches any attempt of a client
 // to reach a host other than loopback, and the checks of what the upstream received.
-import { spawn } from 'node:child_process';
+import { spawn, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
@@ -273,4 +273,10 @@ export function guardNet() {
     return orig.apply(this, args);
   };
   return attempts;
+}
+
+// storedSessions lists the sessions of a case's store (ctxmgr sessions list --json).
+export function storedSessions(dir) {
+  const out = execFileSync(BIN, ['sessions', 'list', '--json', '--store', `sqlite:${path.join(dir, 'ctxmgr.db')}`], { encoding: 'utf8', timeout: 20000 });
+  return JSON.parse(out || '[]') ?? [];
 }
