@@ -257,7 +257,9 @@ supports_websockets = false
   const env = { PATH: process.env.PATH, HOME: home, CODEX_HOME: codexHome, CTXMGR_E2E_OPENAI_KEY: 'sk-e2e-codex', TMPDIR: path.join(dir, 'tmp'), ...trap.env };
   fs.mkdirSync(env.TMPDIR, { recursive: true });
   const last = path.join(dir, 'codex-last-message.txt');
-  const args = ['exec', '--skip-git-repo-check', '--sandbox', 'danger-full-access', '-C', work, '-o', last,
+  // The workspace-write sandbox (Codex's bundled bubblewrap) lets its shell commands read the
+  // work directory; approvals are off in exec mode.
+  const args = ['exec', '--skip-git-repo-check', '--sandbox', 'workspace-write', '-C', work, '-o', last,
     `Run the build steps and report. ${marker(steps, files)}`];
   const r = await runProcess(path.join(NODE_BIN, 'codex'), args, { cwd: work, env, timeoutMs: 120000, logFile: path.join(dir, 'client.log') });
   const fails = [];

@@ -218,6 +218,12 @@ export function checkUpstream(recs, window, { paths } = {}) {
     maxBreakpoints = Math.max(maxBreakpoints, r.breakpoints ?? 0);
     thinking += r.issued_thinking ?? 0;
   }
+  // The tools really ran: some request grew by a whole tool output (a file of a few thousand
+  // tokens) over the one before it, not by an error message.
+  const main = recs.filter((r) => !paths || paths.includes(r.path));
+  let growth = 0;
+  for (let i = 1; i < main.length; i++) growth = Math.max(growth, main[i].tokens - main[i - 1].tokens);
+  if (main.length > 1 && growth < 1500) fails.push(`no tool output reached the model: the largest growth between two requests is ${growth} tokens`);
   return { fails, summary: `${recs.length} upstream requests, ${ok} answered, ${overflow} overflows, ${calls} tool calls; largest request + max output ${maxUse} of window ${window}${maxBreakpoints ? `, up to ${maxBreakpoints} cache breakpoints` : ''}${thinking ? `, ${thinking} signed thinking blocks issued` : ''}` };
 }
 
