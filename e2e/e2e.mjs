@@ -6,10 +6,12 @@
 // WORK (a scratch directory) set. Every client is a separate case with its own fake upstream
 // (proxy/fakeupstream, which enforces the window and logs every request it receives), its own
 // `ctxmgr serve` (small window, SQLite store) and its own trap for outgoing connections. A case
-// passes when the client finishes normally with its final answer, no upstream error reached it,
-// every upstream request fit the window and paired its tool calls, the proxy managed the
-// conversation (a compaction or tokens removed, in /metrics) and forwarded nothing unmanaged,
-// and the client tried no host but loopback.
+// passes when the client finishes normally with its final answer (so no upstream error reached
+// it); every upstream request was answered, fit the window and was well formed by the strict
+// fake's rules (tool pairing, cache_control blocks, thinking signatures), a refusal for the
+// window alone being followed by a smaller retry; whole tool outputs reached the model; the proxy
+// managed the conversation (a compaction or tokens removed, in /metrics) and forwarded nothing
+// unmanaged; the store holds one session; and the client tried no host but loopback.
 //
 // Prints one line per case (PASS/FAIL and why) and writes "PASSED FAILED" to $WORK/summary.
 //   CASES=claude,codex   runs only the cases whose name contains one of these words.
