@@ -71,6 +71,10 @@ type Config struct {
 	Preset string
 	// Summarizer, if set, replaces the preset's (extractive) summarizer.
 	Summarizer summarize.Summarizer
+	// DecodeCacheBytes bounds the request bodies kept so that the next request of a
+	// conversation is decoded only where it differs (see decode.go). Default 64 MiB;
+	// negative: off.
+	DecodeCacheBytes int
 	// Tune, if set, adjusts each Manager's configuration after the preset is applied (tests
 	// use it to make the ingestion cap small, say).
 	Tune func(*ctxmgr.Config)
@@ -136,6 +140,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxReads == 0 {
 		c.MaxReads = 3
+	}
+	if c.DecodeCacheBytes == 0 {
+		c.DecodeCacheBytes = 64 << 20
 	}
 	return c
 }

@@ -10,28 +10,67 @@
 // verbatim by package wire), request headers (Authorization, x-api-key, anthropic-version,
 // anthropic-beta, ... except hop-by-hop ones, Host, Content-Length, Accept-Encoding and
 // X-Ctxmgr-Session), the upstream's status codes, headers and error bodies byte for byte,
-// usage, and stream events in order, each flushed as it arrives. A request the proxy cannot
-// manage (a body it cannot decode, a history it cannot accept, a request that cannot fit even
-// after every step) is forwarded unchanged, so the client sees the provider's own answer.
-// GET /healthz answers "ok"; GET /metrics serves Prometheus metrics; any other path (GET
-// /v1/models, ...) is passed through to the upstream its headers suggest (x-api-key or
-// anthropic-version: Anthropic; else OpenAI).
+// usage, and stream events in order, each flushed as it arrives. A request the proxy does not
+// manage is forwarded unchanged, so the client sees the provider's own answer, and it is
+// counted in ctxmgr_unmanaged_requests_total{reason} with one of these reasons (Reason*):
+// decode (a body the proxy cannot read), single_message (one user message and no tools:
+// nothing in it may change, so it is sent as is and not stored), does_not_fit (the system
+// prompt, tools and latest user message alone exceed the window), config, store (the session
+// store failed), provider_state (the provider keeps the history) and path (GET /v1/models and
+// other paths). GET /healthz answers "ok"; GET /metrics serves Prometheus metrics; any other
+// path is passed through to the upstream its headers suggest (x-api-key or anthropic-version:
+// Anthropic; else OpenAI). POST /v1/messages/count_tokens is answered by the proxy for a known
+// session (the tokens of the request it would forward; see count.go), else passed through.
+//
+// Every role and block the APIs accept is modelled or carried verbatim (package wire):
+// OpenAI developer messages, Anthropic system entries inside messages (Claude Code's
+// mid-conversation-system beta), thinking and redacted thinking with their signatures,
+// images, documents, server tool blocks, citations; an unknown block type travels verbatim
+// inside its message.
+//
+// # Prompt-cache breakpoints (Anthropic cache_control)
+//
+// A breakpoint belongs to the one request that carries it. Messages are stored without
+// cache_control, and every forwarded request carries exactly the client's breakpoints: those
+// on system blocks and tools untouched; one on a message still shown stays on that message's
+// last block; one on a message the proxy evicted moves to where the stable prefix now ends
+// (the summary, else the pinned task), so the calls after a compaction are cached from the new
+// prefix on; two on one message become one. A forwarded request never carries more
+// breakpoints than the client's own, nor more than the API's four (breakpoints.go).
+//
+// # The reply reserve
+//
+// The pipeline budgets the reply with min(max_tokens, ReplyCap(window)), a quarter of the
+// window and at most 32000 tokens (the configured default when the request has no
+// max_tokens). When the client's max_tokens does not fit beside the prepared input in the
+// window in force (configured, or learned from an overflow), the forwarded body carries a
+// lowered max_tokens; the response header X-Ctxmgr-Max-Tokens, the metric
+// ctxmgr_max_tokens_lowered_total and a log line say so. No request goes unmanaged because of
+// max_tokens (reply.go).
 //
 // # Sessions over a stateless API
 //
-// Clients resend the whole history on every call. The session is named by the X-Ctxmgr-Session
+// Clients resend the whole history on every call. The session key is the X-Ctxmgr-Session
 // header, else the Anthropic metadata.user_id ("user-<id>"), else a hash of the system prompt
 // and the first user message ("h-<hex>"). Each message is reduced to a normalized hash (role,
 // text, images, tool calls with canonical JSON arguments, tool_call_id, is_error; not the wire
-// spelling, names or reasoning parts, which clients re-serialize differently), and the incoming
-// history is compared with the stored one:
-//   - stored is a prefix of incoming: the rest is appended (ctxmgr.Session.Append) and the
-//     stored spelling of the known messages is kept, so the forwarded prefix is byte-stable;
-//   - otherwise the client edited or rewound its history: the request goes to a branch,
+// spelling, names or reasoning parts, which clients re-serialize differently). The sessions of
+// a key form a family whose ids all derive from the history, so it is found again after a
+// restart without an index:
+//   - the key's own session, while its stored history is a prefix of the incoming one: the
+//     rest is appended (ctxmgr.Session.Append) and the stored spelling of the known messages
+//     is kept, so the forwarded prefix is byte-stable;
+//   - a history whose first message differs is another conversation under the same key (a
+//     client's side request with a history of its own, a new chat): session "<id>=<8 hex>",
+//     a hash of its first message; not a branch;
+//   - a history that shares a prefix and then differs is an edit or a rewind: a branch,
 //     session "<id>+<8 hex>" where the hex is a hash of the incoming history up to and
 //     including its first differing message (so the branch is found again as the edited
-//     conversation goes on; "~" of the design notes is not a valid store id character). The
-//     original session is never touched.
+//     conversation goes on). The original session is never touched. ctxmgr_branches_total
+//     counts branches made.
+//
+// So a Claude Code run (a quota check and a title request under the run's metadata.user_id,
+// then the main conversation) keeps one whole session for its conversation and no branch.
 //
 // Then ctxmgr's pipeline runs (Manager.Prepare) and the body's system prompt, tools and
 // messages are replaced by the prepared request (the summary instead of the compacted part),
@@ -49,8 +88,7 @@
 // (another instance appended first) the session is reloaded from the store and the append is
 // retried once. One ctxmgr.Manager serves each (window, reply reserve, token counter): the
 // window comes from Config.Models by model prefix, else Config.Window (default 200000); the
-// reply reserve is the request's max_completion_tokens / max_tokens, else the configured
-// default. The preset's ingestion cap is lowered to `window` bytes for windows under 50000
+// reply reserve is described above. The preset's ingestion cap is lowered to `window` bytes for windows under 50000
 // tokens (a tool result of more than about a quarter of the window is offloaded at once).
 //
 // # Reading offloaded and archived content: the ctxmgr_read tool
@@ -103,8 +141,10 @@
 // ctxmgr_tokens_before and ctxmgr_tokens_after, ctxmgr_compactions_total{trigger},
 // ctxmgr_recoveries_total, ctxmgr_summarizer_fallbacks_total, ctxmgr_prefix_changed_total and
 // ctxmgr_prefix_kept_total (cache-friendly requests), ctxmgr_commands_total, ctxmgr_reads_total,
-// ctxmgr_branches_total, ctxmgr_session_reloads_total, ctxmgr_unmanaged_total{reason},
-// ctxmgr_usage_ratio and ctxmgr_overhead_seconds.
+// ctxmgr_branches_total, ctxmgr_session_reloads_total, ctxmgr_unmanaged_requests_total{reason},
+// ctxmgr_max_tokens_lowered_total, ctxmgr_usage_ratio and ctxmgr_overhead_seconds. Every
+// request, pass-through ones included, is logged once with its path, status, model, session
+// and whether it was managed (managed=false with its reason).
 //
 // Known limits: an Anthropic assistant prefill (a last assistant message) is stored as history
 // and the completed reply then branches the session; two instances serving the same session at

@@ -55,7 +55,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		reads: prometheus.NewCounter(prometheus.CounterOpts{Name: "ctxmgr_reads_total",
 			Help: "ctxmgr_read tool calls answered by the proxy."}),
 		branches: prometheus.NewCounter(prometheus.CounterOpts{Name: "ctxmgr_branches_total",
-			Help: "Requests whose history diverged from the stored session (a new branch)."}),
+			Help: "Branches made: a client edited or rewound the history of a stored session."}),
 		reloads: prometheus.NewCounter(prometheus.CounterOpts{Name: "ctxmgr_session_reloads_total",
 			Help: "Sessions reloaded from the store because another instance appended to them first."}),
 		unmanaged: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ctxmgr_unmanaged_requests_total",

@@ -539,7 +539,7 @@ func TestEndpoints(t *testing.T) {
 	// max_tokens larger than the window no longer makes a request unmanageable: it is
 	// managed, and lowered to what fits.
 	resp, err = http.Post(e.px.URL+"/v1/chat/completions", "application/json",
-		strings.NewReader(`{"model":"gpt-4o","max_tokens":250000,"messages":[{"role":"user","content":"hi"}]}`))
+		strings.NewReader(`{"model":"gpt-4o","max_tokens":250000,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"hello"},{"role":"user","content":"again"}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -548,7 +548,8 @@ func TestEndpoints(t *testing.T) {
 		resp.Header.Get(MaxTokensHeader) == "" || counterValue(e.srv.metrics.lowered) != 1 {
 		t.Errorf("max_tokens above the window: %d, %s %q", resp.StatusCode, MaxTokensHeader, resp.Header.Get(MaxTokensHeader))
 	}
-	wants := []string{`ctxmgr_requests_total{format="openai",status="200"} 2`, `ctxmgr_requests_total{format="openai",status="413"} 1`,
+	// GET /v1/models, the agent's turn and the max_tokens request.
+	wants := []string{`ctxmgr_requests_total{format="openai",status="200"} 3`, `ctxmgr_unmanaged_requests_total{reason="path"} 1`, `ctxmgr_requests_total{format="openai",status="413"} 1`,
 		"ctxmgr_upstream_seconds_bucket", "ctxmgr_tokens_before_bucket", "ctxmgr_tokens_after_bucket", "ctxmgr_prefix_kept_total 2",
 		"ctxmgr_prefix_changed_total 0", "ctxmgr_compactions_total", "ctxmgr_summarizer_fallbacks_total 0", "ctxmgr_recoveries_total 0"}
 	// The request counter is incremented when the handler returns, which can be just after

@@ -244,3 +244,111 @@ func TestNoMaxTokensSmallModel(t *testing.T) {
 		t.Fatalf("last upstream request: status %d, %d tokens", last.Status, last.Tokens)
 	}
 }
+
+// TestSideRequestsDoNotFork: a client that starts a run with small side requests under the
+// same metadata.user_id (Claude Code: a quota check, a title) keeps one whole session for its
+// main conversation, with no branch, across a restart; a real rewind still branches.
+func TestSideRequestsDoNotFork(t *testing.T) {
+	e := newEnv(t, fakeupstream.Options{}, Config{})
+	ctx := ctxT(t)
+	side := func(text string, extra string) {
+		t.Helper()
+		body := `{"model":"claude-haiku-4-5","max_tokens":1,"metadata":{"user_id":"cc-run"},"messages":[{"role":"user","content":` + jsonString(text) + `}` + extra + `]}`
+		if status, _, answer := postRaw(t, e.px.URL, "/v1/messages", body); status != 200 {
+			t.Fatalf("side request: %d %s", status, answer)
+		}
+	}
+	side("quota", "")
+	if v := counterValue(e.srv.metrics.unmanaged.WithLabelValues(ReasonSingleMessage)); v != 1 {
+		t.Fatalf("single_message counted %v times", v)
+	}
+	a := newAnthropicAgent(e.px.URL, bigOutput(300))
+	a.meta = "cc-run"
+	for i := 0; i < 6; i++ {
+		if i == 2 {
+			// A side request with a history of its own (a client summarizing for itself).
+			side("Write a 5-word title for: fix the bug", `,{"role":"assistant","content":"Title:"},{"role":"user","content":"again, no tools"}`)
+		}
+		if i == 4 {
+			e.start() // a restart: the family is found again from the ids alone
+			b := newAnthropicAgent(e.px.URL, bigOutput(300))
+			a.client = b.client
+		}
+		if _, err := a.turn(ctx, fmt.Sprintf("turn %d", i), i%2 == 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v := counterValue(e.srv.metrics.branches); v != 0 {
+		t.Fatalf("%v branches", v)
+	}
+	infos, err := e.store.Sessions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	main := ""
+	for _, s := range infos {
+		msgs, _ := e.store.Messages(ctx, s.ID, 0, -1)
+		if len(msgs) > 10 {
+			if main != "" {
+				t.Fatalf("the main conversation is split: %s and %s", main, s.ID)
+			}
+			main = s.ID
+		}
+		if msgs, _ := e.store.Messages(ctx, s.ID, 0, -1); len(msgs) > 0 && msgs[0].Text() == "quota" {
+			t.Fatalf("the single-message side request was stored as session %s", s.ID)
+		}
+	}
+	msgs, _ := e.store.Messages(ctx, main, 0, -1)
+	// The last answer is stored when the client sends it back with its next request.
+	if main == "" || len(msgs) != len(a.msgs)-1 {
+		t.Fatalf("main session %q holds %d messages, the client sent %d (sessions %v)", main, len(msgs), len(a.msgs)-1, infos)
+	}
+	// A real edit: the last turn rewound and replaced.
+	a.dropLast(4)
+	if _, err := a.turn(ctx, "an edited turn", false); err != nil {
+		t.Fatal(err)
+	}
+	if v := counterValue(e.srv.metrics.branches); v != 1 {
+		t.Fatalf("a rewind made %v branches, want 1", v)
+	}
+}
+
+// TestCountTokens: for a known session, /v1/messages/count_tokens answers with the tokens of
+// the request the proxy would forward (far below the client's whole history); an unknown
+// history goes to the provider.
+func TestCountTokens(t *testing.T) {
+	e := newEnv(t, fakeupstream.Options{}, Config{Window: 16000})
+	ctx := ctxT(t)
+	a := newAnthropicAgent(e.px.URL, bigOutput(20000))
+	a.meta = "count"
+	for i := 0; i < 4; i++ {
+		if _, err := a.turn(ctx, fmt.Sprintf("turn %d", i), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msgs, err := json.Marshal(a.msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"model":"claude-sonnet-4-5","metadata":{"user_id":"count"},"system":"You are a coding agent under test. Use the tools.","messages":` + string(msgs) + `}`
+	status, _, answer := postRaw(t, e.px.URL, "/v1/messages/count_tokens", body)
+	var got struct {
+		InputTokens int `json:"input_tokens"`
+	}
+	if status != 200 || json.Unmarshal(answer, &got) != nil || got.InputTokens <= 0 {
+		t.Fatalf("%d %s", status, answer)
+	}
+	req, err := wire.DecodeAnthropic([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := e.fake.Count(req)
+	if got.InputTokens >= whole || got.InputTokens > 16000 {
+		t.Fatalf("count_tokens says %d for a history of %d tokens behind a 16000 window", got.InputTokens, whole)
+	}
+	before := len(e.fake.Records())
+	unknown := `{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"never seen"}]}`
+	if status, _, answer := postRaw(t, e.px.URL, "/v1/messages/count_tokens", unknown); status == 200 && strings.Contains(string(answer), "input_tokens") && len(e.fake.Records()) == before {
+		t.Fatalf("an unknown history was answered by the proxy: %s", answer)
+	}
+}

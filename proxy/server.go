@@ -49,6 +49,8 @@ type Server struct {
 	sessions map[string]*psession
 	lru      *list.List
 
+	decodes *decodeCache
+
 	closed atomic.Bool
 }
 
@@ -67,6 +69,7 @@ func New(cfg Config) (*Server, error) {
 		exact:    map[string]tokens.Counter{},
 		sessions: map[string]*psession{},
 		lru:      list.New(),
+		decodes:  newDecodeCache(cfg.DecodeCacheBytes),
 	}
 	// Load the default vocabulary now rather than in the first request.
 	if c, err := tokens.ForEncoding(tokens.O200kBase); err == nil {
@@ -90,6 +93,7 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { s.handleChat(w, r, FormatAnthropic) })
 	mux.HandleFunc("POST /v1/responses", func(w http.ResponseWriter, r *http.Request) { s.handleChat(w, r, FormatResponses) })
 	mux.HandleFunc("POST /v1/responses/input_tokens", s.handleInputTokens)
+	mux.HandleFunc("POST /v1/messages/count_tokens", s.handleCountTokens(FormatAnthropic))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "ok\n")
@@ -225,6 +229,20 @@ func flush(w http.ResponseWriter) {
 // path) untouched.
 func (s *Server) handlePassthrough(w http.ResponseWriter, r *http.Request) {
 	f := formatOf(r)
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w}
+	w = sw
+	defer func() {
+		status := sw.status
+		if status == 0 {
+			status = 499
+		}
+		s.metrics.requests.WithLabelValues(string(f), strconv.Itoa(status)).Inc()
+		s.metrics.unmanaged.WithLabelValues(ReasonPath).Inc()
+		s.log.LogAttrs(r.Context(), slog.LevelInfo, "proxy request", slog.String("format", string(f)),
+			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Bool("managed", false),
+			slog.String("reason", ReasonPath), slog.Int("status", status), slog.Duration("duration", time.Since(start)))
+	}()
 	base := s.cfg.upstream(f, "")
 	if base == "" {
 		if f == FormatOpenAI {
@@ -308,6 +326,7 @@ type exchange struct {
 	maxField string
 	bps      []breakpoint
 	bpRoom   int
+	hashes   []nhash // of dec.Messages
 
 	log        *slog.Logger
 	upstreamNS int64
@@ -346,11 +365,14 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 		return
 	}
 	x := &exchange{s: s, w: sw, r: r, format: format, log: s.log, body: body}
-	dec, derr := wire.Decode(wire.Format(format), body)
+	dec, hashes, derr := s.decodes.decode(format, body)
 	if derr == nil {
+		x.hashes = hashes
 		x.dec = dec
 		_ = json.Unmarshal(dec.Extra["model"], &x.model)
 		x.stream = boolField(dec.Extra, "stream")
+	} else {
+		x.model, x.stream = peekModel(body)
 	}
 	attrs = append(attrs, slog.String("model", x.model), slog.Bool("stream", x.stream))
 	base := s.cfg.upstream(format, x.model)
@@ -364,8 +386,8 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 	}
 	if derr != nil {
 		// Not a body the proxy understands: the upstream gives the real error.
-		s.metrics.unmanaged.WithLabelValues("decode").Inc()
-		attrs = append(attrs, slog.String("unmanaged", derr.Error()))
+		s.metrics.unmanaged.WithLabelValues(ReasonDecode).Inc()
+		attrs = append(attrs, slog.Bool("managed", false), slog.String("reason", ReasonDecode), slog.String("unmanaged", derr.Error()))
 		x.forward(r.Context(), body)
 		return
 	}
@@ -383,20 +405,14 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 		if errors.Is(err, errAnswered) {
 			return
 		}
-		reason := "history"
-		var nf *ctxmgr.NoFitError
-		switch {
-		case errors.As(err, &nf):
-			reason = "does_not_fit"
-		case errors.Is(err, ctxmgr.ErrInvalidConfig):
-			reason = "config" // e.g. max_tokens leaves no room in the window
-		}
+		reason := unmanagedReason(err)
 		s.metrics.unmanaged.WithLabelValues(reason).Inc()
-		attrs = append(attrs, slog.String("unmanaged", err.Error()))
+		attrs = append(attrs, slog.Bool("managed", false), slog.String("reason", reason), slog.String("unmanaged", err.Error()))
 		x.managed = false
 		x.forward(r.Context(), body)
 		return
 	}
+	attrs = append(attrs, slog.Bool("managed", true))
 	s.metrics.overhead.WithLabelValues(string(format)).Observe(time.Since(start).Seconds())
 	x.forward(r.Context(), out)
 	attrs = append(attrs, slog.Duration("upstream", time.Duration(x.upstreamNS)))
@@ -410,6 +426,65 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 
 // errAnswered: the request was answered locally (a command).
 var errAnswered = errors.New("answered")
+
+// The reasons a request is forwarded without context management: the label values of
+// ctxmgr_unmanaged_requests_total{reason}, each listed in the package doc and the README.
+const (
+	// ReasonDecode: the body is not one the proxy can read (malformed JSON, an invalid
+	// history); the upstream gives the client the real error.
+	ReasonDecode = "decode"
+	// ReasonSingleMessage: one user message and no tools. Nothing in it may be changed (the
+	// system prompt and the latest user message are never altered), so it is forwarded as is
+	// and not stored: side requests (titles, quota checks) make no sessions.
+	ReasonSingleMessage = "single_message"
+	// ReasonDoesNotFit: the system prompt, the tools and the latest user message alone exceed
+	// the window (ctxmgr.NoFitError); the provider answers.
+	ReasonDoesNotFit = "does_not_fit"
+	// ReasonConfig: the proxy's configuration cannot manage the model.
+	ReasonConfig = "config"
+	// ReasonProviderState: the provider holds the history (Responses previous_response_id or
+	// conversation).
+	ReasonProviderState = "provider_state"
+	// ReasonStore: the session store failed.
+	ReasonStore = "store"
+	// ReasonPath: a path the proxy does not manage (GET /v1/models, token counting without a
+	// known session, ...), forwarded as is.
+	ReasonPath = "path"
+)
+
+// unmanagedError says why a request could not be managed.
+type unmanagedError struct {
+	reason string
+	err    error
+}
+
+func (e *unmanagedError) Error() string { return e.err.Error() }
+func (e *unmanagedError) Unwrap() error { return e.err }
+
+// unmanagedReason classifies an error of manage.
+func unmanagedReason(err error) string {
+	var ue *unmanagedError
+	var nf *ctxmgr.NoFitError
+	switch {
+	case errors.As(err, &ue):
+		return ue.reason
+	case errors.As(err, &nf):
+		return ReasonDoesNotFit
+	case errors.Is(err, ctxmgr.ErrInvalidConfig):
+		return ReasonConfig
+	}
+	return ReasonStore
+}
+
+// peekModel reads the model and stream fields of a body the wire decoder refused, for logs.
+func peekModel(body []byte) (string, bool) {
+	var v struct {
+		Model  string `json:"model"`
+		Stream bool   `json:"stream"`
+	}
+	_ = json.Unmarshal(body, &v)
+	return v.Model, v.Stream
+}
 
 // manage syncs the session, answers commands, runs the pipeline and returns the body to
 // forward.
@@ -425,12 +500,19 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 	x.window, x.maxOut = window, mgr.m.Config().Budget.MaxOutput
 	dec.Tools = stripReadTool(dec.Tools)
 	msgs, cmd := splitCommands(dec.Messages)
+	if cmd == nil && len(dec.Tools) == 0 && len(msgs) == 1 && msgs[0].Role == chat.RoleUser {
+		return nil, info, &unmanagedError{ReasonSingleMessage, errors.New("one user message and no tools: nothing to manage, not stored")}
+	}
 	if x.format == FormatAnthropic {
 		x.bps = messageBreakpoints(msgs)
 		x.bpRoom = maxBreakpoints - setupBreakpoints(dec.System, dec.Tools)
 	}
 	base, src := sessionKey(x.r.Header.Get(SessionHeader), dec, msgs)
-	ps, branched, err := s.openSession(ctx, base, mgr, key, dec, msgs)
+	hashes := x.hashes[:len(msgs)]
+	if len(msgs) > 0 && &msgs[0] != &dec.Messages[0] {
+		hashes = hashAll(msgs) // earlier commands and their answers were taken out
+	}
+	ps, branched, err := s.openSession(ctx, base, mgr, key, dec, msgs, hashes)
 	if err != nil {
 		return nil, info, err
 	}

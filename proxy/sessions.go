@@ -208,7 +208,9 @@ type psession struct {
 	orig     int // tokens of the history's original messages, by the manager's counter
 	setup    nhash
 	readTool bool
-	elem     *list.Element
+	// created: the last load found no history (a new session, or a new branch).
+	created bool
+	elem    *list.Element
 }
 
 // acquire returns the session with this id from the cache (a fresh one if absent), locked.
@@ -241,6 +243,7 @@ func (s *Server) load(ctx context.Context, ps *psession, m *managed, key manager
 	}
 	ps.sess, ps.mgr, ps.key = sess, m, key
 	hist := sess.History()
+	ps.created = len(hist) == 0
 	ps.hashes = hashAll(hist)
 	ps.orig = 0
 	c := m.m.Config().Counter
@@ -447,16 +450,29 @@ func sessionKey(header string, req *chat.Request, msgs []chat.Message) (id, sour
 	return "h-" + hex.EncodeToString(h.Sum(nil))[:16], "hash"
 }
 
-// openSession finds the session for the incoming history, following branches, and syncs it.
-// It returns the session locked.
-func (s *Server) openSession(ctx context.Context, base string, m *managed, key managerKey, req *chat.Request, msgs []chat.Message) (*psession, bool, error) {
-	hashes := hashAll(msgs)
+// openSession finds the session for the incoming history and syncs it. It returns the
+// session locked.
+//
+// The sessions of one key (a header, a metadata.user_id, a hash) form a family, and every id
+// in it is derived from the history, so that the family is found again after a restart
+// without an index:
+//   - the key's own session, while its stored history is a prefix of the incoming one;
+//   - a history that shares no first message with it is another conversation under the same
+//     key (a side request a client makes for itself, a new chat): it gets a session of its own,
+//     conversationID, and is not counted as a branch, so the main conversation stays whole;
+//   - a history that shares a prefix but then differs is an edit or a rewind: a branch,
+//     branchID, counted in ctxmgr_branches_total.
+func (s *Server) openSession(ctx context.Context, base string, m *managed, key managerKey, req *chat.Request, msgs []chat.Message, hashes []nhash) (*psession, bool, error) {
 	id := base
 	branched := false
 	for depth := 0; depth < 6; depth++ {
 		ps := s.acquire(id)
 		err := s.sync(ctx, ps, m, key, req.System, req.Tools, msgs, hashes)
 		if err == nil {
+			if branched && ps.created {
+				s.metrics.branches.Inc() // a new branch, not a later request of one
+			}
+			ps.created = false
 			return ps, branched, nil
 		}
 		k := 0
@@ -467,11 +483,26 @@ func (s *Server) openSession(ctx context.Context, base string, m *managed, key m
 		if !errors.Is(err, errBranch) {
 			return nil, false, err
 		}
+		if k == 0 && len(hashes) > 0 {
+			if next := conversationID(base, hashes[0]); next != id {
+				id = next
+				continue
+			}
+		}
 		branched = true
-		s.metrics.branches.Inc()
 		id = branchID(id, hashes, k)
 	}
 	return nil, false, fmt.Errorf("proxy: session %q: too many branches", base)
+}
+
+// conversationID names the session of a conversation under key base whose first message is
+// not the one of the key's own session: base=<hash of that first message>.
+func conversationID(base string, first nhash) string {
+	if len(base)+10 > store.MaxIDLen-20 {
+		hh := sha256.Sum256([]byte(base))
+		base = "c-" + hex.EncodeToString(hh[:8])
+	}
+	return base + "=" + hex.EncodeToString(first[:4])
 }
 
 // origExactBytes: a message with more text than this is counted for the tokens_before metric

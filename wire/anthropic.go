@@ -13,6 +13,12 @@ import (
 // RoleTool messages of their own (in order, each marked JoinPrev after the first piece), so that
 // the neutral history has one message per tool result whatever the format.
 func DecodeAnthropic(body []byte) (*chat.Request, error) {
+	return decodeAnthropic(body, nil)
+}
+
+// decodeAnthropic decodes a body; counts, when not nil, receives after each wire message the
+// number of neutral messages decoded so far (for Layout).
+func decodeAnthropic(body []byte, counts *[]int) (*chat.Request, error) {
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 {
 		return nil, malformed(-1, "", fmt.Errorf("empty body"))
@@ -59,6 +65,9 @@ func DecodeAnthropic(body []byte) (*chat.Request, error) {
 			return nil, err
 		}
 		r.Messages = append(r.Messages, ms...)
+		if counts != nil {
+			*counts = append(*counts, len(r.Messages))
+		}
 	}
 	r.Extra = extras(top)
 	return r, nil

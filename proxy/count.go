@@ -1,0 +1,115 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/wire"
+)
+
+// Token counting endpoints (POST /v1/messages/count_tokens).
+//
+// A client that counts its own history to decide when to compact (Claude Code does) would
+// otherwise count what it keeps, not what the proxy sends, and compact a history the proxy
+// already keeps small. So when the history belongs to a session the proxy knows (its stored
+// history is a prefix of the one to count), the proxy answers itself with the input tokens of
+// the request it would forward: the client's system prompt and tools, the session's summary
+// and live history as it now sends them, and the new messages counted whole (before any
+// ingestion cap, so the figure errs high, never low). The answer carries the session id in
+// X-Ctxmgr-Session. A history the proxy does not know, or a body it cannot read, is passed
+// through to the provider, counted as unmanaged (reason path).
+
+// handleCountTokens answers a token counting request in format f.
+func (s *Server) handleCountTokens(f Format) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+		if err != nil {
+			writeError(w, f, http.StatusRequestEntityTooLarge, "request_too_large", "reading the request body: "+err.Error())
+			return
+		}
+		dec, err := wire.Decode(wire.Format(f), body)
+		if err == nil {
+			if n, id, ok := s.managedCount(r.Context(), f, r.Header.Get(SessionHeader), dec); ok {
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set(SessionHeader, id)
+				_, _ = io.WriteString(w, `{"input_tokens":`+strconv.Itoa(n)+`}`)
+				s.metrics.requests.WithLabelValues(string(f), "200").Inc()
+				s.log.LogAttrs(r.Context(), slog.LevelInfo, "proxy request", slog.String("format", string(f)),
+					slog.String("path", r.URL.Path), slog.String("session", id), slog.Bool("managed", true),
+					slog.Int("input_tokens", n), slog.Int("status", 200), slog.Duration("duration", time.Since(start)))
+				return
+			}
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		s.handlePassthrough(w, r)
+	}
+}
+
+// managedCount returns the input tokens of the request the proxy would forward for req, and
+// the session it belongs to, when that session is known.
+func (s *Server) managedCount(ctx context.Context, f Format, header string, req *chat.Request) (int, string, bool) {
+	var model string
+	_ = json.Unmarshal(req.Extra["model"], &model)
+	window, def := s.cfg.limits(model)
+	_, asked := askedMaxTokens(req.Extra)
+	m, key, err := s.manager(model, window, replyReserve(window, asked, def))
+	if err != nil {
+		return 0, "", false
+	}
+	req.Tools = stripReadTool(req.Tools)
+	msgs, _ := splitCommands(req.Messages)
+	if len(msgs) == 0 {
+		return 0, "", false
+	}
+	base, _ := sessionKey(header, req, msgs)
+	hashes := hashAll(msgs)
+	id := base
+	for depth := 0; depth < 6; depth++ {
+		ps := s.acquire(id)
+		if ps.sess == nil || ps.key != key {
+			if err := s.load(ctx, ps, m, key, req.System, req.Tools); err != nil {
+				ps.mu.Unlock()
+				return 0, "", false
+			}
+		}
+		k := commonPrefix(ps.hashes, hashes)
+		if k == len(ps.hashes) {
+			if k == 0 {
+				ps.mu.Unlock()
+				return 0, "", false // nothing stored: an unknown conversation
+			}
+			c := ps.mgr.m.Config().Counter
+			st := ps.mgr.m.Stats(ps.sess)
+			tools := req.Tools
+			if ps.readTool {
+				tools = withReadTool(tools)
+			}
+			n := c.Request(&chat.Request{System: req.System, Tools: tools}).Total + st.Regions.Summary + st.Regions.History
+			for i := k; i < len(msgs); i++ {
+				n += c.Message(&msgs[i])
+			}
+			ps.mu.Unlock()
+			return n, id, true
+		}
+		ps.mu.Unlock()
+		if k == 0 {
+			next := conversationID(base, hashes[0])
+			if next == id {
+				return 0, "", false
+			}
+			id = next
+			continue
+		}
+		id = branchID(id, hashes, k)
+	}
+	return 0, "", false
+}

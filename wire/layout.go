@@ -1,0 +1,256 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"sort"
+
+	"github.com/ctxmgr/ctxmgr/chat"
+)
+
+// Decoding what is new.
+//
+// An agent resends its whole history on every call and adds a message or two; a proxy that
+// decodes every body whole spends what the history costs, on every call. A Layout remembers
+// where the messages of a decoded body lie, and DecodeNext decodes a later body of the same
+// conversation only where it differs from that one: the bytes the two bodies share at their
+// start (the top-level fields before the messages and the first messages) and at their end
+// (the rest of the top-level object after the messages array) are the same JSON, so their
+// decoding is reused, and only the messages in between are validated and decoded. The result
+// is exactly what Decode gives (FuzzDecodeNext checks it on arbitrary edits of valid bodies);
+// whenever the shape does not allow reuse, DecodeNext decodes the body whole.
+
+// Layout is a decoded body and where its messages lie in it. It is immutable: share it
+// freely, and never modify the Request it holds (DecodeNext's results share its messages).
+type Layout struct {
+	format Format
+	body   []byte
+	req    *chat.Request
+	// open and close are the offsets of the messages array's brackets; ends[i] is the offset
+	// just past wire message i, and count[i] the number of neutral messages (system messages
+	// of an OpenAI body included) that wire messages 0..i decoded to.
+	open, close int
+	ends        []int
+	count       []int
+	// reused is how many of req.Messages were taken from the layout this one was decoded
+	// from (DecodeNext), 0 for a whole decode.
+	reused int
+}
+
+// Reused returns how many leading messages of the request were taken as they were from the
+// previous layout's request (0 when the body was decoded whole).
+func (l *Layout) Reused() int { return l.reused }
+
+// Request returns the decoded request. It must not be modified.
+func (l *Layout) Request() *chat.Request { return l.req }
+
+// Body returns the body the layout describes.
+func (l *Layout) Body() []byte { return l.body }
+
+// Size is the memory the layout keeps alive, roughly: its body.
+func (l *Layout) Size() int { return len(l.body) }
+
+// DecodeLayout decodes a body in format f, as Decode does, and returns its layout. Formats
+// other than OpenAI and Anthropic, and bare message arrays, are decoded with a nil layout.
+func DecodeLayout(f Format, body []byte) (*chat.Request, *Layout, error) {
+	body = bytes.TrimSpace(body)
+	var counts []int
+	var req *chat.Request
+	var err error
+	switch f {
+	case Anthropic:
+		req, err = decodeAnthropic(body, &counts)
+	case OpenAI:
+		req, err = DecodeOpenAI(body)
+		if err == nil {
+			for i := range len(req.System) + len(req.Messages) {
+				counts = append(counts, i+1)
+			}
+		}
+	default:
+		req, err = Decode(f, body)
+		return req, nil, err
+	}
+	if err != nil || len(body) == 0 || body[0] != '{' {
+		return req, nil, err
+	}
+	open, close, ok := messagesArray(body)
+	if !ok {
+		return req, nil, nil
+	}
+	l := &Layout{format: f, body: body, req: req, open: open, close: close, count: counts}
+	arr := body[open : close+1]
+	ok = scanMembers(arr, '[', ']', func(i int) (int, bool) {
+		e, ok := valueEnd(arr, i)
+		if ok {
+			l.ends = append(l.ends, open+e)
+		}
+		return e, ok
+	})
+	if !ok || len(l.ends) != len(l.count) {
+		return req, nil, nil
+	}
+	return req, l, nil
+}
+
+// messagesArray finds the "messages" member of a valid top-level JSON object and returns the
+// offsets of its array's brackets.
+func messagesArray(body []byte) (open, close int, ok bool) {
+	open, close = -1, -1
+	seen := false
+	walked := scanMembers(body, '{', '}', func(i int) (int, bool) {
+		if body[i] != '"' {
+			return 0, false
+		}
+		ke, ok := stringEnd(body, i)
+		if !ok {
+			return 0, false
+		}
+		key, ok := unquote(body[i:ke])
+		if !ok {
+			return 0, false
+		}
+		if i = skipSpace(body, ke); i >= len(body) || body[i] != ':' {
+			return 0, false
+		}
+		i = skipSpace(body, i+1)
+		ve, ok := valueEnd(body, i)
+		if ok && key == "messages" {
+			if seen || body[i] != '[' {
+				return 0, false // a repeated key or not an array: no layout
+			}
+			seen, open, close = true, i, ve-1
+		}
+		return ve, ok
+	})
+	return open, close, walked && seen
+}
+
+// DecodeNext decodes body, a later body of the conversation prev describes, reusing prev's
+// decoding of what the two share. prev may be nil. The result equals Decode's; its messages
+// share memory with prev's request (never modify either).
+func DecodeNext(f Format, body []byte, prev *Layout) (*chat.Request, *Layout, error) {
+	if prev == nil || prev.format != f || (f != OpenAI && f != Anthropic) {
+		return DecodeLayout(f, body)
+	}
+	req, l, ok := decodeNext(f, bytes.TrimSpace(body), prev)
+	if !ok {
+		return DecodeLayout(f, body)
+	}
+	return req, l, nil
+}
+
+func decodeNext(f Format, body []byte, prev *Layout) (*chat.Request, *Layout, bool) {
+	pb := prev.body
+	common := commonPrefixLen(body, pb)
+	if common <= prev.open {
+		return nil, nil, false
+	}
+	// k: the wire messages wholly inside the shared prefix.
+	k := sort.SearchInts(prev.ends, common+1)
+	tail := pb[prev.close:]
+	if !bytes.HasSuffix(body, tail) {
+		return nil, nil, false
+	}
+	closeAt := len(body) - len(tail)
+	cut := prev.open + 1
+	kept := 0
+	if k > 0 {
+		cut, kept = prev.ends[k-1], prev.count[k-1]
+	}
+	nsys := 0
+	if f == OpenAI {
+		nsys = len(prev.req.System)
+		if kept < nsys {
+			return nil, nil, false // the leading system messages changed: decode whole
+		}
+	}
+	if cut > closeAt {
+		return nil, nil, false
+	}
+	// The new wire messages: [","] value ("," value)* between cut and the closing bracket.
+	mid := body[cut:closeAt]
+	i := skipSpace(mid, 0)
+	if i < len(mid) && k > 0 {
+		if mid[i] != ',' {
+			return nil, nil, false
+		}
+		i = skipSpace(mid, i+1)
+		if i >= len(mid) {
+			return nil, nil, false
+		}
+	}
+	var raws [][]byte
+	var ends []int
+	for i < len(mid) {
+		e, ok := valueEnd(mid, i)
+		if !ok || !json.Valid(mid[i:e]) {
+			return nil, nil, false
+		}
+		raws = append(raws, mid[i:e])
+		ends = append(ends, cut+e)
+		i = skipSpace(mid, e)
+		if i < len(mid) {
+			if mid[i] != ',' {
+				return nil, nil, false
+			}
+			if i = skipSpace(mid, i+1); i >= len(mid) {
+				return nil, nil, false
+			}
+		}
+	}
+	out := *prev.req
+	msgs := make([]chat.Message, kept-nsys, kept-nsys+len(raws)+1)
+	copy(msgs, prev.req.Messages[:kept-nsys])
+	l := &Layout{format: f, body: body, req: &out, open: prev.open, close: closeAt, reused: kept - nsys,
+		ends: append(prev.ends[:k:k], ends...), count: append(prev.count[:k:k], make([]int, 0, len(raws))...)}
+	var names map[string]string
+	if f == Anthropic {
+		names = map[string]string{}
+		for _, m := range msgs {
+			for _, tc := range m.ToolCalls {
+				names[tc.ID] = tc.Name
+			}
+		}
+	}
+	n := kept
+	for j, raw := range raws {
+		idx := k + j
+		if f == OpenAI {
+			m, err := decodeOpenAIMessage(idx, bytes.Clone(raw))
+			if err != nil {
+				return nil, nil, false // the whole decode reports it, located
+			}
+			if m.Role == chat.RoleSystem && n == nsys {
+				return nil, nil, false // would join the leading system messages
+			}
+			msgs = append(msgs, m)
+			n++
+		} else {
+			ms, err := decodeAnthropicMessage(idx, bytes.Clone(raw), names)
+			if err != nil {
+				return nil, nil, false
+			}
+			msgs = append(msgs, ms...)
+			n += len(ms)
+		}
+		l.count = append(l.count, n)
+	}
+	out.Messages = msgs
+	return &out, l, true
+}
+
+// commonPrefixLen returns the length of the longest common prefix of a and b.
+func commonPrefixLen(a, b []byte) int {
+	n := min(len(a), len(b))
+	// Compare in chunks: bytes.Equal is vectorized; the tail is found byte by byte.
+	const chunk = 256
+	i := 0
+	for i+chunk <= n && bytes.Equal(a[i:i+chunk], b[i:i+chunk]) {
+		i += chunk
+	}
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	return i
+}

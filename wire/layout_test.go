@@ -1,0 +1,187 @@
+package wire
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/ctxmgr/ctxmgr/chat"
+)
+
+// checkNext decodes next after prev with DecodeNext and checks it against Decode: the same
+// request, or the same error.
+func checkNext(t *testing.T, f Format, prev, next []byte) (reused bool) {
+	t.Helper()
+	_, lay, err := DecodeLayout(f, prev)
+	if err != nil {
+		lay = nil
+	}
+	want, werr := Decode(f, next)
+	got, glay, gerr := DecodeNext(f, next, lay)
+	if (werr == nil) != (gerr == nil) || werr != nil && werr.Error() != gerr.Error() {
+		t.Fatalf("errors differ: Decode %v, DecodeNext %v\nprev: %s\nnext: %s", werr, gerr, prev, next)
+	}
+	if werr != nil {
+		return false
+	}
+	if !reflect.DeepEqual(want, got) {
+		wj, _ := json.Marshal(want)
+		gj, _ := json.Marshal(got)
+		t.Fatalf("DecodeNext differs from Decode\nprev: %s\nnext: %s\nwant: %s\ngot:  %s", prev, next, wj, gj)
+	}
+	if glay != nil && !reflect.DeepEqual(glay.Request(), want) {
+		t.Fatalf("the layout holds another request")
+	}
+	// The layout of the result decodes the next body the same way again.
+	if glay != nil {
+		if again, _, err := DecodeNext(f, next, glay); err != nil || !reflect.DeepEqual(again, want) {
+			t.Fatalf("decoding the same body again through its own layout differs: %v", err)
+		}
+	}
+	return lay != nil && glay != nil && len(glay.ends) > 0 && lay.open == glay.open
+}
+
+// conversation returns the bodies an agent sends: each with one more message of msgs.
+func conversation(prefix, suffix string, msgs []string) []string {
+	var out []string
+	for n := 1; n <= len(msgs); n++ {
+		out = append(out, prefix+"["+strings.Join(msgs[:n], ",")+"]"+suffix)
+	}
+	return out
+}
+
+func TestDecodeNextTauBench(t *testing.T) {
+	dir := sharedData(t)
+	raw, err := os.ReadFile(filepath.Join(dir, "trajectories/tau-bench/gpt-4o-airline.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs []struct {
+		Traj []json.RawMessage `json:"traj"`
+	}
+	if err := json.Unmarshal(raw, &runs); err != nil {
+		t.Fatal(err)
+	}
+	bodies, reused := 0, 0
+	for r, run := range runs[:min(len(runs), 20)] {
+		msgs := make([]string, len(run.Traj))
+		for i, m := range run.Traj {
+			msgs[i] = string(m)
+		}
+		conv := conversation(`{"model":"gpt-4o","temperature":0,"messages":`, `,"tools":[{"type":"function","function":{"name":"f"}}],"stream":true}`, msgs)
+		for i := 1; i < len(conv); i++ {
+			if checkNext(t, OpenAI, []byte(conv[i-1]), []byte(conv[i])) {
+				reused++
+			}
+			bodies++
+		}
+		// An edit in the middle, and a rewind.
+		if len(conv) > 4 {
+			edited := strings.Replace(conv[len(conv)-1], msgs[2], `{"role":"user","content":"edited"}`, 1)
+			checkNext(t, OpenAI, []byte(conv[len(conv)-1]), []byte(edited))
+			checkNext(t, OpenAI, []byte(conv[len(conv)-1]), []byte(conv[2]))
+		}
+		_ = r
+	}
+	if reused < bodies*9/10 {
+		t.Fatalf("DecodeNext reused the previous decoding for %d of %d bodies", reused, bodies)
+	}
+	t.Logf("%d bodies, %d decoded from where they differ", bodies, reused)
+}
+
+func TestDecodeNextAnthropic(t *testing.T) {
+	msgs := []string{
+		`{"role":"user","content":[{"type":"text","text":"run ls"}]}`,
+		`{"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"s"},{"type":"tool_use","id":"toolu_1","name":"bash","input":{"cmd":"ls"}}]}`,
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"a\nb"},{"type":"text","text":"go on"}]}`,
+		`{"role":"system","content":"mid-conversation"}`,
+		`{"role":"assistant","content":[{"type":"tool_use","id":"toolu_2","name":"bash","input":{}},{"type":"tool_use","id":"toolu_3","name":"cat","input":{}}]}`,
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_2","content":"x"},{"type":"tool_result","tool_use_id":"toolu_3","content":"y","cache_control":{"type":"ephemeral"}}]}`,
+		`{"role":"assistant","content":"done"}`,
+	}
+	conv := conversation(`{"model":"claude-sonnet-4-5","max_tokens":1024,"system":[{"type":"text","text":"sys"}],"messages":`, `,"tools":[{"name":"bash","input_schema":{"type":"object"}}],"metadata":{"user_id":"u"}}`, msgs)
+	reused := 0
+	for i := 1; i < len(conv); i++ {
+		if checkNext(t, Anthropic, []byte(conv[i-1]), []byte(conv[i])) {
+			reused++
+		}
+	}
+	if reused != len(conv)-1 {
+		t.Fatalf("reused %d of %d", reused, len(conv)-1)
+	}
+	// Tool names of results decoded apart come from the kept tool_use blocks.
+	req, lay, err := DecodeLayout(Anthropic, []byte(conv[4]))
+	if err != nil || lay == nil {
+		t.Fatal(err)
+	}
+	next, _, err := DecodeNext(Anthropic, []byte(conv[5]), lay)
+	if err != nil || next.Messages[len(next.Messages)-1].Name != "cat" || len(req.Messages) >= len(next.Messages) {
+		t.Fatalf("names: %v %+v", err, next.Messages[len(next.Messages)-1])
+	}
+	// Changes DecodeNext must not reuse through: other top-level fields, whitespace, errors.
+	last := conv[len(conv)-1]
+	for _, next := range []string{
+		strings.Replace(last, `"max_tokens":1024`, `"max_tokens":2048`, 1),
+		strings.Replace(last, `"user_id":"u"`, `"user_id":"v"`, 1),
+		strings.Replace(last, `"done"}]`, `"done"} , {"role":"user","content":"more"} ]`, 1),
+		strings.Replace(last, `"done"}]`, `"done"},]`, 1),
+		strings.Replace(last, `"done"}]`, `"done"},{"role":"robot","content":"x"}]`, 1),
+		strings.Replace(last, `"done"}]`, "\"done\"},{\"role\":\"user\",\"content\":\"\xff\"}]", 1),
+		strings.Replace(last, `"done"}]`, `"done"}{"role":"user","content":"x"}]`, 1),
+		"  " + last + "\n",
+		strings.Replace(last, `"messages":[`, `"messages": [ `, 1),
+		strings.Replace(last, `,"tools"`, `,"messages":[],"tools"`, 1),
+	} {
+		checkNext(t, Anthropic, []byte(last), []byte(next))
+	}
+}
+
+func TestDecodeNextOpenAISystem(t *testing.T) {
+	// Leading system messages go to Request.System: a new one after them joins them.
+	prev := `{"model":"m","messages":[{"role":"system","content":"a"}]}`
+	for _, next := range []string{
+		`{"model":"m","messages":[{"role":"system","content":"a"},{"role":"system","content":"b"}]}`,
+		`{"model":"m","messages":[{"role":"system","content":"a"},{"role":"user","content":"b"},{"role":"system","content":"c"}]}`,
+		`{"model":"m","messages":[{"role":"developer","content":"a"}]}`,
+		`{"model":"m","messages":[]}`,
+	} {
+		checkNext(t, OpenAI, []byte(prev), []byte(next))
+	}
+}
+
+// FuzzDecodeNext: for arbitrary pairs of bodies, DecodeNext gives exactly what Decode gives.
+func FuzzDecodeNext(f *testing.F) {
+	for _, bodies := range [][]string{openAIBodies, anthropicBodies} {
+		for _, b := range bodies {
+			// Each seed body, and the same body with a message appended or removed.
+			f.Add([]byte(b), []byte(strings.Replace(b, `]}`, `,{"role":"user","content":"more"}]}`, 1)), bodies[0] == anthropicBodies[0])
+			f.Add([]byte(b), []byte(strings.Replace(b, `},{"role":`, `}]}`+"\x00", 1)), bodies[0] == anthropicBodies[0])
+		}
+	}
+	f.Fuzz(func(t *testing.T, prev, next []byte, anthropic bool) {
+		format := OpenAI
+		if anthropic {
+			format = Anthropic
+		}
+		_, lay, err := DecodeLayout(format, prev)
+		if err != nil {
+			var ce *chat.Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("untyped error: %v", err)
+			}
+			lay = nil
+		}
+		want, werr := Decode(format, next)
+		got, _, gerr := DecodeNext(format, next, lay)
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("errors differ: %v / %v", werr, gerr)
+		}
+		if werr == nil && !reflect.DeepEqual(want, got) {
+			t.Fatalf("DecodeNext differs from Decode")
+		}
+	})
+}
