@@ -773,7 +773,11 @@ func (x *exchange) followUp(ctx context.Context, asst chat.Message, calls []read
 			text, isErr = x.s.answerRead(ctx, x.id, x.mgr, x.sess, c.Args, per, counter)
 		}
 		x.reads++
-		msgs = append(msgs, chat.ToolResult(c.ID, readToolName, text, isErr))
+		res := chat.ToolResult(c.ID, readToolName, text, isErr)
+		if x.format == FormatResponses {
+			res.Name = "" // outputs carry no name there: count what is sent
+		}
+		msgs = append(msgs, res)
 	}
 	return x.encode(chat.Request{System: req.System, Tools: req.Tools, Messages: msgs}, 0)
 }

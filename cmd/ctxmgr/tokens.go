@@ -54,8 +54,8 @@ and aims to err high (for any model, and with no --model at all).
 Plain text need not be valid UTF-8: invalid bytes are counted as the encoder
 sees them (byte-level BPE), not rejected or replaced.
 
-With --messages the input is a chat request body (OpenAI chat completions or
-Anthropic messages) or a bare JSON array of OpenAI messages. The format is
+With --messages the input is a chat request body (OpenAI chat completions,
+Anthropic messages or OpenAI Responses) or a bare JSON array of OpenAI messages. The format is
 detected (override with --format) and the messages are validated; the tokens
 are printed as JSON, framing included:
 
@@ -80,7 +80,7 @@ messages fail with an error naming the message index and the field.`,
 	f.StringVarP(&o.encoding, "encoding", "e", "", `count with this encoding: `+strings.Join(tokens.Encodings(), ", ")+` (default "`+tokens.O200kBase+`")`)
 	f.BoolVar(&o.heuristic, "heuristic", false, "estimate with a heuristic instead of an exact tokenizer (for non-OpenAI models); not exact")
 	f.BoolVar(&o.messages, "messages", false, "the input is a chat request body or message array; print a JSON breakdown")
-	f.StringVar(&o.format, "format", "", "with --messages: the wire format, openai or anthropic (default: detected)")
+	f.StringVar(&o.format, "format", "", "with --messages: the wire format, openai, anthropic or responses (default: detected)")
 	return cmd
 }
 
@@ -97,10 +97,10 @@ func runTokens(cmd *cobra.Command, o *tokensOptions, args []string) error {
 			return usageErrorf("--format needs --messages")
 		}
 		switch f := wire.Format(strings.ToLower(o.format)); f {
-		case wire.OpenAI, wire.Anthropic:
+		case wire.OpenAI, wire.Anthropic, wire.Responses:
 			format = f
 		default:
-			return usageErrorf("invalid --format %q: want %s or %s", o.format, wire.OpenAI, wire.Anthropic)
+			return usageErrorf("invalid --format %q: want %s, %s or %s", o.format, wire.OpenAI, wire.Anthropic, wire.Responses)
 		}
 	}
 	if o.messages && len(args) > 1 {

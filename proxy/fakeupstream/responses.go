@@ -206,6 +206,17 @@ func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request) {
 		writeRaw(w, 400, OpenAIResponsesOverflow)
 		return
 	}
+	// Outputs carry no tool name in this API: name them after their calls, for decide.
+	names := map[string]string{}
+	for i := range req.Messages {
+		m := &req.Messages[i]
+		for _, tc := range m.ToolCalls {
+			names[tc.ID] = tc.Name
+		}
+		if m.Role == chat.RoleTool && m.Name == "" {
+			m.Name = names[m.ToolCallID]
+		}
+	}
 	rep := s.decide(req)
 	if n := len(req.Messages); n > 0 && strings.Contains(req.Messages[n-1].Text(), "slowly") {
 		rep.slow = true
