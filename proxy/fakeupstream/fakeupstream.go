@@ -32,7 +32,8 @@
 // with its own small decoders, independently of package wire, and answers a request the real
 // API refuses with the provider's real error status and body. Anthropic /v1/messages:
 //   - max_tokens is required; roles are user, assistant, or system (mid-conversation system
-//     entries, beta mid-conversation-system-...); content is a string or a list of blocks;
+//     entries, beta mid-conversation-system-...); content is a string or a list of blocks, not
+//     empty except in a final assistant message, without empty text blocks;
 //   - at most 4 blocks with cache_control, counted over system blocks, tools, message blocks
 //     and tool_result contents together ("A maximum of 4 blocks with cache_control may be
 //     provided. Found 5.");
@@ -40,7 +41,8 @@
 //     ("messages.N.content.M: Invalid `signature` in `thinking` block");
 //   - consecutive same-role messages are merged into one turn (system entries are transparent),
 //     as the API merges them; every tool_use is answered by a tool_result at the start of the
-//     next turn, every tool_result answers a tool_use of the turn before;
+//     next turn, every tool_result answers a tool_use of the turn before, and a server tool's
+//     result block follows its server_tool_use in the same turn;
 //   - with Options.Thinking and thinking {type: enabled}, the last assistant turn of a tool
 //     loop starts with a thinking block;
 //   - input over the window: "prompt is too long: N tokens > W maximum"; input plus max_tokens
