@@ -165,7 +165,20 @@ export async function openaiResponses({ proxy, work }) {
     }
     expectDone(fails, stream ? 'stream' : 'create', final, steps[turn]);
   }
-  return { fails, notes: [`${input.length} input items`] };
+  // The proxy's ctxmgr_read, in Responses form: the fake calls it on a reference the proxy left
+  // in the context (an archive or an offload); the proxy answers it itself, and the client sees
+  // only the final text, never the call.
+  for (const stream of [false, true]) {
+    input.push({ role: 'user', content: 'now read back the full output of the earlier command' });
+    const params = { model: 'gpt-4o', instructions: 'You are a coding agent under an end-to-end test.', input, tools, store: false, max_output_tokens: 1024 };
+    const resp = stream ? await client.responses.stream(params).finalResponse() : await client.responses.create(params);
+    input.push(...resp.output);
+    if (resp.output.some((o) => o.type === 'function_call')) fails.push(`read back (${stream ? 'stream' : 'create'}): the client got a function call: ${JSON.stringify(resp.output).slice(0, 300)}`);
+    else if (!resp.output_text.startsWith('Read back: ')) fails.push(`read back (${stream ? 'stream' : 'create'}): the answer is ${JSON.stringify(resp.output_text.slice(0, 200))}`);
+  }
+  const reads = (await proxy.metrics()).get('ctxmgr_reads_total');
+  if (reads !== 2) fails.push(`ctxmgr_reads_total is ${reads}, want 2`);
+  return { fails, notes: [`${input.length} input items, ${reads} ctxmgr_read round trips`] };
 }
 
 // --- Claude Code (claude -p, its own Bash and Read tools) ---
