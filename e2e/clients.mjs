@@ -274,9 +274,30 @@ supports_websockets = false
   // work directory; approvals are off in exec mode.
   const args = ['exec', '--skip-git-repo-check', '--sandbox', 'workspace-write', '-C', work, '-o', last,
     `Run the build steps and report. ${marker(steps, files)}`];
-  const r = await runProcess(path.join(NODE_BIN, 'codex'), args, { cwd: work, env, timeoutMs: 120000, logFile: path.join(dir, 'client.log') });
   const fails = [];
-  if (r.code !== 0) fails.push(`codex exited with ${r.code ?? r.signal}${r.timedOut ? ' (timed out)' : ''}: ${(r.stderr.split('\n').filter((l) => /error|ERROR/.test(l)).slice(-3).join(' | ') || r.stdout.slice(-300)).trim()}`);
-  else expectDone(fails, 'codex exec', fs.existsSync(last) ? fs.readFileSync(last, 'utf8') : r.stdout, steps);
-  return { fails, notes: [] };
+  const r = await runProcess(path.join(NODE_BIN, 'codex'), args, { cwd: work, env, timeoutMs: 120000, logFile: path.join(dir, 'client1.log') });
+  if (r.code !== 0) {
+    fails.push(`codex exited with ${r.code ?? r.signal}${r.timedOut ? ' (timed out)' : ''}: ${codexErrors(r)}`);
+    return { fails, notes: [] };
+  }
+  expectDone(fails, 'codex exec', fs.existsSync(last) ? fs.readFileSync(last, 'utf8') : r.stdout, steps);
+  // The same conversation again (codex exec resume --last): the fake asks for the proxy's
+  // ctxmgr_read on a reference left in the compacted history; the proxy answers it in
+  // Responses form and Codex sees only the final text.
+  fs.rmSync(last, { force: true });
+  const r2 = await runProcess(path.join(NODE_BIN, 'codex'), ['exec', 'resume', '--last', '--skip-git-repo-check',
+    '-c', 'sandbox_mode="workspace-write"', '-o', last, 'now read back the full output of the earlier command'],
+  { cwd: work, env, timeoutMs: 120000, logFile: path.join(dir, 'client2.log') });
+  if (r2.code !== 0) fails.push(`codex exec resume exited with ${r2.code ?? r2.signal}${r2.timedOut ? ' (timed out)' : ''}: ${codexErrors(r2)}`);
+  else {
+    const text = fs.existsSync(last) ? fs.readFileSync(last, 'utf8') : r2.stdout;
+    if (!text.startsWith('Read back: ')) fails.push(`codex exec resume: the read back answered ${JSON.stringify(text.slice(0, 200))}`);
+    const reads = (await proxy.metrics()).get('ctxmgr_reads_total');
+    if (reads < 1) fails.push('codex exec resume: no ctxmgr_read was answered by the proxy');
+  }
+  return { fails, notes: ['2 runs (exec, then exec resume --last with a ctxmgr_read)'] };
+}
+
+function codexErrors(r) {
+  return (r.stderr.split('\n').filter((l) => /error/i.test(l)).slice(-3).join(' | ') || (r.stdout + r.stderr).slice(-300)).trim();
 }
