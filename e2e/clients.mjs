@@ -212,6 +212,8 @@ export function claudeCode(model) {
     const runs = [
       { args: ['-p', `Run the build steps and report. ${marker(steps, files)}`, ...common], steps },
       { args: ['-p', `Now the second batch. ${marker(more, files2)}`, '--continue', ...common], steps: more },
+      // The fake asks for the proxy's ctxmgr_read; the proxy answers it, Claude Code never sees it.
+      { args: ['-p', 'now read back the full output of the earlier command', '--continue', ...common], readBack: true },
     ];
     for (const [i, run] of runs.entries()) {
       const r = await runProcess(path.join(NODE_BIN, 'claude'), run.args, { cwd: work, env, timeoutMs: 120000, logFile: path.join(dir, `client${i + 1}.log`) });
@@ -219,9 +221,13 @@ export function claudeCode(model) {
         fails.push(`claude run ${i + 1} exited with ${r.code ?? r.signal}${r.timedOut ? ' (timed out)' : ''}: ${(r.stdout + r.stderr).trim().slice(0, 400)}`);
         break;
       }
-      expectDone(fails, `claude -p run ${i + 1}`, r.stdout, run.steps);
+      if (run.readBack) {
+        if (!r.stdout.startsWith('Read back: ')) fails.push(`claude -p run ${i + 1}: the read back answered ${JSON.stringify(r.stdout.slice(0, 200))}`);
+      } else expectDone(fails, `claude -p run ${i + 1}`, r.stdout, run.steps);
     }
-    return { fails, notes: ['2 runs (the second with --continue)'] };
+    const reads = (await proxy.metrics()).get('ctxmgr_reads_total');
+    if (reads < 1) fails.push('no ctxmgr_read was answered by the proxy');
+    return { fails, notes: ['3 runs of one conversation (--continue), the last a ctxmgr_read'] };
   };
 }
 
