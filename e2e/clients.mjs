@@ -277,8 +277,10 @@ supports_websockets = false
   fs.mkdirSync(env.TMPDIR, { recursive: true });
   const last = path.join(dir, 'codex-last-message.txt');
   // The workspace-write sandbox (Codex's bundled bubblewrap) lets its shell commands read the
-  // work directory; approvals are off in exec mode.
-  const args = ['exec', '--skip-git-repo-check', '--sandbox', 'workspace-write', '-C', work, '-o', last,
+  // work directory; approvals are off in exec mode. CODEX_SANDBOX=danger-full-access where user
+  // namespaces are not available.
+  const sandbox = process.env.CODEX_SANDBOX || 'workspace-write';
+  const args = ['exec', '--skip-git-repo-check', '--sandbox', sandbox, '-C', work, '-o', last,
     `Run the build steps and report. ${marker(steps, files)}`];
   const fails = [];
   const r = await runProcess(path.join(NODE_BIN, 'codex'), args, { cwd: work, env, timeoutMs: 120000, logFile: path.join(dir, 'client1.log') });
@@ -292,7 +294,7 @@ supports_websockets = false
   // Responses form and Codex sees only the final text.
   fs.rmSync(last, { force: true });
   const r2 = await runProcess(path.join(NODE_BIN, 'codex'), ['exec', 'resume', '--last', '--skip-git-repo-check',
-    '-c', 'sandbox_mode="workspace-write"', '-o', last, 'now read back the full output of the earlier command'],
+    '-c', `sandbox_mode="${sandbox}"`, '-o', last, 'now read back the full output of the earlier command'],
   { cwd: work, env, timeoutMs: 120000, logFile: path.join(dir, 'client2.log') });
   if (r2.code !== 0) fails.push(`codex exec resume exited with ${r2.code ?? r2.signal}${r2.timedOut ? ' (timed out)' : ''}: ${codexErrors(r2)}`);
   else {

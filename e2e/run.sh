@@ -10,7 +10,8 @@
 # time; every process it started is stopped on exit.
 #
 #   bash e2e/run.sh            # TURNS=60 by default; KEEP=1 keeps the work dir;
-#                              # CASES=claude,langchain runs only the matching cases
+#                              # CASES=claude,langchain runs only the matching cases;
+#                              # CODEX_SANDBOX=danger-full-access without user namespaces
 set -euo pipefail
 cd "$(dirname "$0")"
 E2E_DIR=$(pwd)
