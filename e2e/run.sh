@@ -11,7 +11,8 @@
 #
 #   bash e2e/run.sh            # TURNS=60 by default; KEEP=1 keeps the work dir;
 #                              # CASES=claude,langchain runs only the matching cases;
-#                              # CODEX_SANDBOX=danger-full-access without user namespaces
+#                              # CODEX_SANDBOX=danger-full-access without user namespaces;
+#                              # CTXMGR=path tests that ctxmgr binary instead of this tree's
 set -euo pipefail
 cd "$(dirname "$0")"
 E2E_DIR=$(pwd)
@@ -50,6 +51,8 @@ trap 'exit 130' INT TERM
 
 echo "e2e: building ctxmgr and the fake upstream"
 (cd "$ROOT" && go build -o "$WORK/ctxmgr" ./cmd/ctxmgr && go build -o "$WORK/fakeupstream" ./e2e/fakeupstream)
+# CTXMGR=/path/to/ctxmgr runs the cases against another build (e.g. an older release).
+if [ -n "${CTXMGR:-}" ]; then cp "$CTXMGR" "$WORK/ctxmgr"; echo "e2e: ctxmgr under test: $CTXMGR"; fi
 
 if [ ! -f "$E2E_DIR/node_modules/.package-lock.json" ] ||
   [ "$E2E_DIR/package-lock.json" -nt "$E2E_DIR/node_modules/.package-lock.json" ]; then
