@@ -28,7 +28,7 @@ type command struct {
 }
 
 func parseCommand(m *chat.Message) (command, bool) {
-	if m.Role != chat.RoleUser || len(m.ToolCalls) > 0 {
+	if m.Role != chat.RoleUser || len(m.ToolCalls) > 0 || !startsWithSlash(m) {
 		return command{}, false
 	}
 	t := strings.TrimSpace(m.Text())
@@ -43,6 +43,21 @@ func parseCommand(m *chat.Message) (command, bool) {
 		return command{name: "clear"}, true
 	}
 	return command{}, false
+}
+
+// startsWithSlash reports whether the message's text starts with "/" (after white space):
+// the cheap test that rules out almost every message before its text is joined.
+func startsWithSlash(m *chat.Message) bool {
+	for _, p := range m.Content {
+		if p.Type != chat.PartText {
+			continue
+		}
+		t := strings.TrimLeft(p.Text, " \t\r\n")
+		if t != "" {
+			return t[0] == '/'
+		}
+	}
+	return false
 }
 
 // splitCommands returns the history without earlier command exchanges (a command and the

@@ -535,7 +535,9 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 	}
 	counter := ps.mgr.m.Config().Counter
 	p, err := ps.mgr.m.Prepare(ctx, ps.sess)
-	if err == nil && !ps.readTool {
+	if err == nil && !ps.readTool && (len(p.Report.Steps) > 0 || p.Report.Evicted > 0) {
+		// Only a step of the pipeline stores content to read back (an ingestion offload is
+		// seen when it is appended, in sync).
 		if err = s.syncReadTool(ps, dec.System, dec.Tools); err == nil && ps.readTool {
 			p, err = ps.mgr.m.Prepare(ctx, ps.sess)
 		}

@@ -195,6 +195,23 @@ func hashSetup(system []chat.Message, tools []chat.Tool) nhash {
 	return out
 }
 
+// setupHash is hashSetup(system, tools), remembered for the slices it was last computed on:
+// a body decoded from where it differs shares its system and tools with the previous one
+// (decode.go), so a steady conversation hashes its tool definitions once, not per request.
+func (ps *psession) setupHash(system []chat.Message, tools []chat.Tool) nhash {
+	if ps.setupRef.valid && sameSlice(system, ps.setupRef.system) && sameSlice(tools, ps.setupRef.tools) {
+		return ps.setupRef.hash
+	}
+	h := hashSetup(system, tools)
+	ps.setupRef.system, ps.setupRef.tools, ps.setupRef.hash, ps.setupRef.valid = system, tools, h, true
+	return h
+}
+
+// sameSlice reports whether a and b are the same slice (same array, same length).
+func sameSlice[T any](a, b []T) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
 // psession is the proxy's side of a session: the ctxmgr Session, the normalized hashes of
 // its history and the system/tools it was last given. mu serializes the requests of one
 // session while they touch its state (not while the upstream answers).
@@ -210,7 +227,14 @@ type psession struct {
 	readTool bool
 	// created: the last load found no history (a new session, or a new branch).
 	created bool
-	elem    *list.Element
+	// setupRef remembers the slices setupHash last hashed.
+	setupRef struct {
+		system []chat.Message
+		tools  []chat.Tool
+		hash   nhash
+		valid  bool
+	}
+	elem *list.Element
 }
 
 // acquire returns the session with this id from the cache (a fresh one if absent), locked.
@@ -250,7 +274,7 @@ func (s *Server) load(ctx context.Context, ps *psession, m *managed, key manager
 	for i := range hist {
 		ps.orig += s.origTokens(c, &hist[i])
 	}
-	ps.setup = hashSetup(system, tools)
+	ps.setup = ps.setupHash(system, tools)
 	ps.readTool = false
 	s.snapshotConfig(ctx, ps.id, m, key)
 	return s.syncReadTool(ps, system, tools)
@@ -313,7 +337,7 @@ func (s *Server) sync(ctx context.Context, ps *psession, m *managed, key manager
 		if len(ps.hashes) > len(hashes) || !slices.Equal(ps.hashes, hashes[:len(ps.hashes)]) {
 			return errBranch
 		}
-		if setup := hashSetup(system, tools); setup != ps.setup {
+		if setup := ps.setupHash(system, tools); setup != ps.setup {
 			t := tools
 			if ps.readTool {
 				t = withReadTool(tools)
@@ -334,6 +358,9 @@ func (s *Server) sync(ctx context.Context, ps *psession, m *managed, key manager
 			for i := range news {
 				ps.orig += s.origTokens(c, &news[i])
 			}
+			if !offloadable(news, ps.mgr.m.Config().ToolResultCap) {
+				return nil // nothing appended was stored apart: the read tool is as it was
+			}
 			break
 		}
 		if !errors.Is(err, store.ErrConflict) || attempt > 0 {
@@ -346,6 +373,24 @@ func (s *Server) sync(ctx context.Context, ps *psession, m *managed, key manager
 		}
 	}
 	return s.syncReadTool(ps, system, tools)
+}
+
+// offloadable reports whether an appended message may have been offloaded at ingestion: a
+// tool result above the cap.
+func offloadable(msgs []chat.Message, limit int) bool {
+	for i := range msgs {
+		if msgs[i].Role != chat.RoleTool || limit <= 0 {
+			continue
+		}
+		n := 0
+		for _, p := range msgs[i].Content {
+			n += len(p.Text) + len(p.Raw)
+		}
+		if n > limit {
+			return true
+		}
+	}
+	return false
 }
 
 // storedCopies returns the messages as the session stores them: without cache breakpoints,

@@ -103,6 +103,7 @@ var openAIBodies = []string{
 	`{"messages":[{"role":"user","content":[{"type":"file","file":{"file_id":"f-1","filename":"a.pdf"}},{"type":"text","text":"x","cache_control":{"type":"ephemeral"}}]},{"role":"assistant"}]}`,
 	`[{"role":"user","content":""},{"role":"assistant","content":"","tool_calls":[]}]`,
 	`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAIAAAADCAYAAAC56t6BAAAAEklEQVR4nGP4z8DAwMDAxMAAAAwpAQMBv7HSAAAAAElFTkSuQmCC"}}]}]}`,
+	`{"model":"gpt-3.5-turbo","functions":[{"name":"f","parameters":{"type":"object"}}],"messages":[{"role":"user","content":"call f"},{"role":"assistant","content":null,"function_call":{"name":"f","arguments":"{}"}},{"role":"function","name":"f","content":"42"}]}`,
 }
 
 func TestRoundTripOpenAI(t *testing.T) {

@@ -160,7 +160,6 @@ func (s *Server) checkAnthropic(body []byte) checked {
 		case "user", "assistant":
 		case "system":
 			// Mid-conversation system entries (beta mid-conversation-system-...), as Claude Code sends.
-			c.systemEntries = true
 		default:
 			c.v = anthropicViolation(RuleRole, fmt.Sprintf("messages.%d.role: Input should be 'user', 'assistant' or 'system'", i))
 			return c

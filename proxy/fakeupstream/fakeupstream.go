@@ -275,7 +275,7 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, f wire.Format
 		return
 	}
 	// The neutral model, for the token count and the reply.
-	req, err := s.decode(f, body, chk.systemEntries)
+	req, err := s.decode(f, body)
 	if err == nil {
 		for _, t := range req.Tools {
 			rec.Tools = append(rec.Tools, t.Name)
@@ -385,46 +385,11 @@ func (s *Server) window(f wire.Format, input, maxTokens int) *violation {
 	return anthropicViolation(RuleWindow, fmt.Sprintf("input length and `max_tokens` exceed context limit: %d + %d > %d, decrease input length or `max_tokens` and try again", input, maxTokens, limit))
 }
 
-// decode converts a request to the neutral model with package wire, for the token count and the
-// reply. Package wire may not know Anthropic's mid-conversation system entries, which the real
-// API accepts: they are then decoded as user messages marked in Extra, and turned back into
-// system messages.
-func (s *Server) decode(f wire.Format, body []byte, systemEntries bool) (*chat.Request, error) {
-	req, err := wire.Decode(f, body)
-	if err == nil || f != wire.Anthropic || !systemEntries {
-		return req, err
-	}
-	top, terr := topLevel(body)
-	if terr != nil {
-		return nil, err
-	}
-	var msgs []map[string]json.RawMessage
-	if json.Unmarshal(top["messages"], &msgs) != nil {
-		return nil, err
-	}
-	for _, m := range msgs {
-		if string(m["role"]) == `"system"` {
-			m["role"] = json.RawMessage(`"user"`)
-			m[systemMark] = json.RawMessage(`true`)
-		}
-	}
-	top["messages"], _ = json.Marshal(msgs)
-	b, _ := json.Marshal(top)
-	req, err2 := wire.Decode(f, b)
-	if err2 != nil {
-		return nil, err
-	}
-	for i := range req.Messages {
-		m := &req.Messages[i]
-		if _, ok := m.Extra[systemMark]; ok {
-			delete(m.Extra, systemMark)
-			m.Role = chat.RoleSystem
-		}
-	}
-	return req, nil
+// decode converts a request to the neutral model with package wire, for the token count and
+// the reply (the rules are checked on the raw body, apart from wire).
+func (s *Server) decode(f wire.Format, body []byte) (*chat.Request, error) {
+	return wire.Decode(f, body)
 }
-
-const systemMark = "x-fake-system-entry"
 
 // lastSpoken is the last message that is not a system entry (nil: none).
 func lastSpoken(msgs []chat.Message) *chat.Message {

@@ -133,6 +133,27 @@ const (
 	sysEntry = `{"role":"system","content":"The user changed directory to /tmp."}`
 )
 
+// TestRecordJSON: the log line the e2e script reads names the broken rule.
+func TestRecordJSON(t *testing.T) {
+	var log strings.Builder
+	s := New(Options{Log: &log})
+	post(t, s, "/v1/messages", breakpointBody(5))
+	post(t, s, "/v1/messages", breakpointBody(1))
+	lines := strings.Split(strings.TrimSpace(log.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("log %q", log.String())
+	}
+	var bad, good map[string]any
+	_ = json.Unmarshal([]byte(lines[0]), &bad)
+	_ = json.Unmarshal([]byte(lines[1]), &good)
+	if bad["rule"] != RuleCacheControl || bad["valid"] != "A maximum of 4 blocks with cache_control may be provided. Found 5." || bad["breakpoints"] != 5.0 || bad["status"] != 400.0 {
+		t.Fatalf("refused: %s", lines[0])
+	}
+	if _, ok := good["rule"]; ok || good["valid"] != nil || good["status"] != 200.0 {
+		t.Fatalf("answered: %s", lines[1])
+	}
+}
+
 func TestAnthropicRules(t *testing.T) {
 	s := New(Options{})
 	runAnthropic(t, s, []anthropicCase{
@@ -211,6 +232,10 @@ func TestAnthropicAcceptsWhatTheAPIAccepts(t *testing.T) {
 	}
 	if rec.Breakpoints != 2 || rec.Thinking != "adaptive" || rec.MaxTokens != 64000 || rec.Headers["Anthropic-Beta"] == "" {
 		t.Fatalf("record %+v", rec)
+	}
+	// Counted and modelled although package wire may not know system entries: 4 messages.
+	if rec.Tokens < 50 || rec.Messages != 4 {
+		t.Fatalf("tokens %d, messages %d", rec.Tokens, rec.Messages)
 	}
 	if _, ok := rec.Extra["context_management"]; !ok {
 		t.Fatalf("extra %v", rec.Extra)

@@ -94,8 +94,6 @@ type checked struct {
 	breakpoints int
 	// thinking is the Anthropic thinking.type ("enabled", "adaptive", "disabled" or "").
 	thinking string
-	// systemEntries reports system-role entries inside Anthropic messages.
-	systemEntries bool
 	// extra holds the top-level fields other than messages, system and tools.
 	extra map[string]json.RawMessage
 	v     *violation
