@@ -115,8 +115,8 @@ async function runCase(c) {
 }
 
 async function legacyCases() {
-  const names = ['openai sdk chat (60 turns, restart, /context, /compact, ctxmgr_read)', '@anthropic-ai/sdk messages (60 turns, restart, /context, /compact, ctxmgr_read)'];
-  if (only.length && !names.some((n) => only.some((o) => n.includes(o)))) return;
+  const names = LEGACY;
+  if (!legacySelected) return;
   const dir = path.join(WORK, 'official-sdks');
   fs.mkdirSync(dir, { recursive: true });
   const started = Date.now();
@@ -131,13 +131,36 @@ async function legacyCases() {
   report(names[1], r.anthropic, [secs]);
 }
 
-// A timeout or ^C stops every process the cases started.
+// The whole run is bounded: after 270 s every process the cases started is stopped.
+const DEADLINE = Number(process.env.E2E_DEADLINE_MS ?? 270000);
+setTimeout(() => {
+  console.error(`e2e: the run exceeded ${DEADLINE / 1000}s: stopping; the cases not reported count as failed`);
+  killAll();
+  writeSummary();
+  process.exit(1);
+}, DEADLINE).unref();
+
+// A SIGTERM (run.sh's cleanup) or ^C stops every process the cases started.
 for (const sig of ['SIGTERM', 'SIGINT']) {
   process.on(sig, () => {
     console.error(`e2e: ${sig}: stopping`);
     killAll();
+    writeSummary();
     process.exit(1);
   });
+}
+
+const LEGACY = ['openai sdk chat (60 turns, restart, /context, /compact, ctxmgr_read)', '@anthropic-ai/sdk messages (60 turns, restart, /context, /compact, ctxmgr_read)'];
+const legacySelected = !only.length || LEGACY.some((n) => only.some((o) => n.includes(o)));
+
+// writeSummary writes "PASSED FAILED" to $WORK/summary, counting every selected case not
+// reported yet as failed, and returns the number failed.
+function writeSummary() {
+  const expected = selected.length + (legacySelected ? LEGACY.length : 0);
+  const passed = results.filter((r) => r.ok).length;
+  const failed = Math.max(expected, results.length) - passed;
+  fs.writeFileSync(path.join(WORK, 'summary'), `${passed} ${failed}\n`);
+  return failed;
 }
 
 const selected = cases.filter((c) => !only.length || only.some((o) => c.name.includes(o)));
@@ -154,7 +177,4 @@ try {
 } finally {
   killAll();
 }
-const passed = results.filter((r) => r.ok).length;
-const failed = results.length - passed;
-fs.writeFileSync(path.join(WORK, 'summary'), `${passed} ${failed}\n`);
-process.exit(failed ? 1 : 0);
+process.exit(writeSummary() ? 1 : 0);

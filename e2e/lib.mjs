@@ -14,8 +14,11 @@ export const WORK = env('WORK');
 
 // Every child process started by a case, so that a crash or a timeout still stops them all.
 const children = new Set();
-export function track(child) {
+// Their ids also go to $WORK/pids (a process group as -PID), for run.sh to stop them should this
+// process die without cleaning up.
+export function track(child, group = false) {
   children.add(child);
+  if (WORK && child.pid) fs.appendFileSync(path.join(WORK, 'pids'), `${group ? -child.pid : child.pid}\n`);
   child.on('exit', () => children.delete(child));
   return child;
 }
@@ -146,7 +149,7 @@ export function runProcess(cmd, args, opts) {
   return new Promise((resolve) => {
     const out = [];
     const err = [];
-    const child = track(spawn(cmd, args, { cwd, env: e, detached: true, stdio: [input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'] }));
+    const child = track(spawn(cmd, args, { cwd, env: e, detached: true, stdio: [input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'] }), true);
     child.e2eGroup = true;
     if (input !== undefined) child.stdin.end(input);
     child.stdout.on('data', (d) => out.push(d));

@@ -28,13 +28,18 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/ctxmgr-e2e.XXXXXX")
 NODE_PID=""
 cleanup() {
   status=$?
-  if [ -n "$NODE_PID" ] && kill -0 "$NODE_PID" 2>/dev/null; then kill -TERM "$NODE_PID" 2>/dev/null || true; fi
-  # Whatever a case left behind (the runner kills its children itself; this is the backstop).
-  for f in "$WORK"/*/proxy.pid "$WORK"/proxy.pid; do
-    [ -f "$f" ] || continue
-    pid=$(cat "$f")
-    if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
-  done
+  if [ -n "$NODE_PID" ] && kill -0 "$NODE_PID" 2>/dev/null; then
+    kill -TERM "$NODE_PID" 2>/dev/null || true # e2e.mjs stops its children on SIGTERM
+    for _ in $(seq 1 50); do kill -0 "$NODE_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$NODE_PID" 2>/dev/null || true
+  fi
+  # Whatever a case left behind (the runner stops its children itself; this is the backstop for a
+  # runner that died): every process (or client process group, as -PID) e2e.mjs started.
+  if [ -f "$WORK/pids" ]; then
+    while read -r pid; do
+      if kill -0 -- "$pid" 2>/dev/null; then kill -KILL -- "$pid" 2>/dev/null || true; fi
+    done <"$WORK/pids"
+  fi
   if [ "${KEEP:-0}" = 1 ] || [ "$status" -ne 0 ]; then
     echo "e2e: work directory kept: $WORK" >&2
     summary=$(cat "$WORK/summary" 2>/dev/null || echo "0 1")
@@ -64,6 +69,6 @@ echo "e2e: clients: $(cd "$E2E_DIR" && node -e 'const p=require("./package.json"
 # No LangSmith tracing, whatever the caller's environment says.
 LANGCHAIN_TRACING_V2=false LANGSMITH_TRACING=false \
 CTXMGR_BIN="$WORK/ctxmgr" FAKE_BIN="$WORK/fakeupstream" WORK="$WORK" TURNS="$TURNS" \
-  timeout 280 node "$E2E_DIR/e2e.mjs" &
+  node "$E2E_DIR/e2e.mjs" &
 NODE_PID=$!
 wait "$NODE_PID"
