@@ -132,7 +132,7 @@ func (s *Server) runCommand(ctx context.Context, ps *psession, c *command, syste
 		writeArchives(&b, after)
 		return b.String()
 	default:
-		return contextReport(ps, m.Stats(ps.sess), !s.cfg.DisableReadTool)
+		return contextReport(ps, m.Stats(ps.sess), !s.cfg.DisableReadTool, s.cfg.SummarizerName)
 	}
 }
 
@@ -166,7 +166,7 @@ func writeArchives(b *strings.Builder, st ctxmgr.Stats) {
 	}
 }
 
-func contextReport(ps *psession, st ctxmgr.Stats, readTool bool) string {
+func contextReport(ps *psession, st ctxmgr.Stats, readTool bool, summarizer string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s /context: session %s\n", replyPrefix, ps.id)
 	roles := make([]string, 0, len(st.Messages))
@@ -183,13 +183,20 @@ func contextReport(ps *psession, st ctxmgr.Stats, readTool bool) string {
 	}
 	fmt.Fprintf(&b, "Messages in context: %s; %d appended in all, %d evicted into the summary.\n", strings.Join(parts, ", "), st.Total, st.Evicted)
 	fmt.Fprintf(&b, "Tool results: %d offloaded, %d masked, %d truncated.\n", st.Offloaded, st.Masked, st.Truncated)
-	fmt.Fprintf(&b, "Tokens: system %d, tools %d, summary %d, history %d; input %d + max output %d of window %d (%.1f%% used).\n",
-		st.Regions.System, st.Regions.Tools, st.Regions.Summary, st.Regions.History, st.Input, st.MaxOutput, st.Window, st.UsePercent)
-	if st.SummaryVersion > 0 {
+	used := fmt.Sprintf("%.1f%%", st.UsePercent)
+	if st.UsePercent > 0 && st.UsePercent < 0.1 {
+		used = "under 0.1%"
+	}
+	fmt.Fprintf(&b, "Tokens: system %d, tools %d, summary %d, history %d; input %d of window %d (%s used), %d more reserved for the reply.\n",
+		st.Regions.System, st.Regions.Tools, st.Regions.Summary, st.Regions.History, st.Input, st.Window, used, st.MaxOutput)
+	if sum := ps.sess.Summary(); st.SummaryVersion > 0 && sum != nil && sum.Summarizer != "" {
+		fmt.Fprintf(&b, "Summary: version %d, written by %s.\n", st.SummaryVersion, sum.Summarizer)
+	} else if st.SummaryVersion > 0 {
 		fmt.Fprintf(&b, "Summary: version %d.\n", st.SummaryVersion)
 	} else {
 		b.WriteString("Summary: none yet.\n")
 	}
+	fmt.Fprintf(&b, "Summarizer: %s.\n", summarizer)
 	writeArchives(&b, st)
 	if len(st.Offloads) > 0 {
 		b.WriteString("Offloaded tool results:\n")

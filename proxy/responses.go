@@ -3,13 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
-	"slices"
-	"strconv"
 	"time"
 
 	"github.com/ctxmgr/ctxmgr/chat"
@@ -27,7 +21,7 @@ import (
 //     response object or a typed event stream ending in response.completed.
 //   - A request chained with previous_response_id or conversation keeps its history on the
 //     provider: the proxy cannot see nor shorten it, so it forwards the request unchanged and
-//     counts it in ctxmgr_unmanaged_total{reason="provider_state"}.
+//     counts it in ctxmgr_unmanaged_requests_total{reason="provider_state"}.
 //   - POST /v1/responses/input_tokens (the token counting endpoint) is answered by the proxy
 //     when the request extends a session it keeps: input_tokens is the count of the request as
 //     the proxy would forward it now (the session's current context, with its summary and
@@ -46,92 +40,6 @@ func providerState(f Format, dec *chat.Request) string {
 		}
 	}
 	return ""
-}
-
-// handleInputTokens answers POST /v1/responses/input_tokens for a known session, else passes
-// the request through.
-func (s *Server) handleInputTokens(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	sw := &statusWriter{ResponseWriter: w}
-	attrs := []slog.Attr{slog.String("format", string(FormatResponses)), slog.String("path", r.URL.Path)}
-	defer func() {
-		status := sw.status
-		if status == 0 {
-			status = 499
-		}
-		s.metrics.requests.WithLabelValues(string(FormatResponses), strconv.Itoa(status)).Inc()
-		attrs = append(attrs, slog.Int("status", status), slog.Duration("duration", time.Since(start)))
-		s.log.LogAttrs(r.Context(), slog.LevelInfo, "proxy request", attrs...)
-	}()
-	body, err := io.ReadAll(http.MaxBytesReader(sw, r.Body, s.cfg.MaxBodyBytes))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			writeError(sw, FormatResponses, http.StatusRequestEntityTooLarge, "request_too_large", fmt.Sprintf("request body above %d bytes", s.cfg.MaxBodyBytes))
-			return
-		}
-		writeError(sw, FormatResponses, http.StatusBadRequest, "invalid_request_error", "reading the request body: "+err.Error())
-		return
-	}
-	n, id, why := s.countForwarded(r, body)
-	if why != "" {
-		attrs = append(attrs, slog.String("passthrough", why))
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		r.ContentLength = int64(len(body))
-		s.handlePassthrough(sw, r)
-		return
-	}
-	attrs = append(attrs, slog.String("session", id), slog.Int("input_tokens", n))
-	sw.Header().Set("Content-Type", "application/json")
-	sw.Header().Set("X-Ctxmgr-Local", "1")
-	_ = json.NewEncoder(sw).Encode(map[string]any{"object": "response.input_tokens", "input_tokens": n})
-}
-
-// countForwarded counts a token-counting request as the proxy would forward it, when it
-// extends a session the proxy keeps in memory; why says otherwise why not.
-func (s *Server) countForwarded(r *http.Request, body []byte) (n int, id, why string) {
-	dec, err := wire.DecodeResponses(body)
-	if err != nil {
-		return 0, "", "decode"
-	}
-	if reason := providerState(FormatResponses, dec); reason != "" {
-		return 0, "", reason
-	}
-	var model string
-	_ = json.Unmarshal(dec.Extra["model"], &model)
-	window, maxOut := s.cfg.limits(model)
-	var n0 int
-	if json.Unmarshal(dec.Extra["max_output_tokens"], &n0) == nil && n0 > 0 {
-		maxOut = n0
-	}
-	mgr, key, err := s.manager(model, window, maxOut)
-	if err != nil {
-		return 0, "", "config"
-	}
-	dec.Tools = stripReadTool(dec.Tools)
-	msgs, _ := splitCommands(dec.Messages)
-	base, _ := sessionKey(r.Header.Get(SessionHeader), dec, msgs)
-	s.sessMu.Lock()
-	ps := s.sessions[base]
-	s.sessMu.Unlock()
-	if ps == nil {
-		return 0, "", "unknown session"
-	}
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	if ps.sess == nil || ps.key != key || ps.mgr != mgr {
-		return 0, "", "unknown session"
-	}
-	hashes := hashAll(msgs)
-	if len(ps.hashes) > len(hashes) || !slices.Equal(ps.hashes, hashes[:len(ps.hashes)]) {
-		return 0, "", "branch"
-	}
-	counter := mgr.m.Config().Counter
-	n = mgr.m.Stats(ps.sess).Input
-	if news := msgs[len(ps.hashes):]; len(news) > 0 {
-		n += counter.Request(&chat.Request{Messages: news}).Total - counter.Request(&chat.Request{}).Total
-	}
-	return n, ps.id, ""
 }
 
 // clientCallTypes are the output items that ask the client to run something: an answer with

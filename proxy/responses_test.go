@@ -390,7 +390,7 @@ func TestResponsesProviderState(t *testing.T) {
 		t.Fatalf("provider_state requests counted %v, want 3", got)
 	}
 	_, metrics := get(t, e.px.URL+"/metrics")
-	if !strings.Contains(metrics, `ctxmgr_unmanaged_total{reason="provider_state"} 3`) {
+	if !strings.Contains(metrics, `ctxmgr_unmanaged_requests_total{reason="provider_state"} 3`) {
 		t.Errorf("metric missing")
 	}
 }
@@ -425,7 +425,7 @@ func TestResponsesInputTokens(t *testing.T) {
 		Object      string `json:"object"`
 		InputTokens int    `json:"input_tokens"`
 	}
-	if resp.StatusCode != 200 || json.Unmarshal(body, &v) != nil || v.Object != "response.input_tokens" || resp.Header.Get("X-Ctxmgr-Local") != "1" {
+	if resp.StatusCode != 200 || json.Unmarshal(body, &v) != nil || v.Object != "response.input_tokens" || resp.Header.Get(SessionHeader) != "count" {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
 	if len(e.fake.Records()) != n0 {
@@ -446,7 +446,7 @@ func TestResponsesInputTokens(t *testing.T) {
 	}
 	// Unknown session: the upstream counts.
 	resp, body = postJSON(t, e.px.URL+"/v1/responses/input_tokens", `{"model":"gpt-4o","input":"count me"}`)
-	if resp.StatusCode != 200 || resp.Header.Get("X-Ctxmgr-Local") != "" || !strings.Contains(string(body), `"input_tokens"`) {
+	if resp.StatusCode != 200 || resp.Header.Get(SessionHeader) != "" || !strings.Contains(string(body), `"input_tokens"`) {
 		t.Fatalf("passthrough: %d %s %v", resp.StatusCode, body, resp.Header)
 	}
 	if recs := e.fake.Records(); recs[len(recs)-1].Reply != "input_tokens" {
@@ -658,4 +658,64 @@ func TestResponsesStripReads(t *testing.T) {
 	if len(r.Output) != 2 || r.Output[0].Type != "reasoning" || !strings.Contains(r.OutputText(), "could not be read back") {
 		t.Fatalf("stripped: %+v", r.Output)
 	}
+}
+
+// TestResponsesCodexShapes: a Codex-shaped request (developer message, custom and local_shell
+// tools, a custom tool call, a local_shell call, reasoning) whose large output the proxy
+// offloads: the forwarded body keeps every other item and tool byte for byte.
+func TestResponsesCodexShapes(t *testing.T) {
+	e := newEnv(t, fakeupstream.Options{KeepBodies: true}, Config{Tune: smallTune})
+	big, _ := json.Marshal(bigOutput(14000)(0, 0))
+	reasoning := `{"type":"reasoning","id":"rs_1","summary":[{"type":"summary_text","text":"patching"}],"encrypted_content":null}`
+	shell := `{"type":"local_shell_call","id":"lsh_1","call_id":"call_4","status":"completed","action":{"type":"exec","command":["pwd"],"env":{}}}`
+	tools := `[{"type":"custom","name":"apply_patch","description":"patch","format":{"type":"grammar","syntax":"lark","definition":"start: x"}},{"type":"local_shell"},{"type":"web_search"}]`
+	body := `{"model":"gpt-5-codex","instructions":"You are Codex.","store":false,"stream":false,"parallel_tool_calls":false,"prompt_cache_key":"conv-1","tools":` + tools + `,"input":[` +
+		`{"type":"message","role":"developer","content":[{"type":"input_text","text":"<permissions/>"}]},` +
+		`{"type":"message","role":"user","content":[{"type":"input_text","text":"fix the bug"}]},` +
+		reasoning + `,` +
+		`{"type":"custom_tool_call","id":"ctc_1","call_id":"call_3","name":"apply_patch","input":"*** Begin Patch\n*** End Patch"},` +
+		`{"type":"custom_tool_call_output","call_id":"call_3","output":` + string(big) + `},` +
+		shell + `,{"type":"local_shell_call_output","id":"call_4","output":"/src"},` +
+		`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Patched."}]},` +
+		`{"type":"message","role":"user","content":[{"type":"input_text","text":"go on"}]}]}`
+	resp, out := postJSON(t, e.px.URL+"/v1/responses", body)
+	if resp.StatusCode != 200 || !strings.Contains(string(out), "Echo: go on") {
+		t.Fatalf("%d %s", resp.StatusCode, out)
+	}
+	recs := e.fake.Records()
+	checkRecords(t, recs, 200000)
+	sent := string(recs[0].Body)
+	if len(sent) >= len(body) || !strings.Contains(sent, "Full text: ") {
+		t.Fatalf("the large output was not offloaded (%d -> %d bytes)", len(body), len(sent))
+	}
+	for _, verbatim := range []string{reasoning, shell, `"tools":` + strings.TrimSuffix(tools, "]") + `,{"type":"function","name":"ctxmgr_read"`, `"prompt_cache_key":"conv-1"`, `"instructions":"You are Codex."`,
+		`{"type":"custom_tool_call","call_id":"call_3","name":"apply_patch","id":"ctc_1","input":"*** Begin Patch\n*** End Patch"}`} {
+		if !strings.Contains(sent, verbatim) {
+			t.Errorf("forwarded body lost %s\n%s", verbatim, sent)
+		}
+	}
+}
+
+// FuzzResponsesFilter: whatever the upstream streams, the filter neither panics nor emits
+// anything but whole events.
+func FuzzResponsesFilter(f *testing.F) {
+	read := map[string]any{"type": "function_call", "id": "fc_r", "call_id": "call_r", "name": readToolName, "arguments": `{"ref":"x"}`}
+	for _, ev := range responsesEvents("resp_1", read) {
+		f.Add(ev.Name, ev.Data)
+	}
+	f.Add("response.output_item.done", []byte(`{"type":"response.output_item.done","output_index":-3,"item":null}`))
+	f.Add("", []byte(`{"output_index":0,"type":"response.function_call_arguments.delta","delta":7}`))
+	f.Fuzz(func(t *testing.T, name string, data []byte) {
+		fl := newFilter(FormatResponses, true)
+		evs := append(responsesEvents("resp_0", read)[:3], sse.Event{Name: name, Data: data, Raw: sse.Format(name, data)})
+		for _, ev := range evs {
+			out := fl.event(ev)
+			if len(out) > 0 && !bytes.HasSuffix(out, []byte("\n\n")) {
+				t.Fatalf("partial event %q", out)
+			}
+		}
+		fl.pending()
+		fl.next()
+		_ = fl.abort("x")
+	})
 }

@@ -79,6 +79,9 @@ func New(cfg Config) (*Server, error) {
 	reg := cfg.Registry
 	if reg == nil {
 		r := prometheus.NewRegistry()
+		if err := registerRuntime(r); err != nil {
+			return nil, fmt.Errorf("proxy: metrics: %w", err)
+		}
 		reg, s.gatherer = r, r
 	} else if g, ok := reg.(prometheus.Gatherer); ok {
 		s.gatherer = g
@@ -91,9 +94,9 @@ func New(cfg Config) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.handleChat(w, r, FormatOpenAI) })
 	mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { s.handleChat(w, r, FormatAnthropic) })
-	mux.HandleFunc("POST /v1/responses", func(w http.ResponseWriter, r *http.Request) { s.handleChat(w, r, FormatResponses) })
-	mux.HandleFunc("POST /v1/responses/input_tokens", s.handleInputTokens)
 	mux.HandleFunc("POST /v1/messages/count_tokens", s.handleCountTokens(FormatAnthropic))
+	mux.HandleFunc("POST /v1/responses", func(w http.ResponseWriter, r *http.Request) { s.handleChat(w, r, FormatResponses) })
+	mux.HandleFunc("POST /v1/responses/input_tokens", s.handleCountTokens(FormatResponses))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "ok\n")
@@ -253,13 +256,13 @@ func (s *Server) handlePassthrough(w http.ResponseWriter, r *http.Request) {
 	}
 	target, err := targetURL(base, r)
 	if err != nil {
-		writeError(w, f, http.StatusBadGateway, "api_error", err.Error())
+		writeError(w, f, http.StatusBadGateway, "api_error", RedactText(err.Error()))
 		return
 	}
 	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	req, err := http.NewRequestWithContext(r.Context(), r.Method, target, body)
 	if err != nil {
-		writeError(w, f, http.StatusBadRequest, "invalid_request_error", err.Error())
+		writeError(w, f, http.StatusBadRequest, "invalid_request_error", RedactText(err.Error()))
 		return
 	}
 	copyRequestHeaders(req.Header, r.Header)
@@ -271,8 +274,9 @@ func (s *Server) handlePassthrough(w http.ResponseWriter, r *http.Request) {
 			writeError(w, f, http.StatusRequestEntityTooLarge, "request_too_large", fmt.Sprintf("request body above %d bytes", s.cfg.MaxBodyBytes))
 			return
 		}
-		s.log.Warn("proxy: upstream unreachable", slog.String("path", r.URL.Path), slog.String("error", err.Error()))
-		writeError(w, f, http.StatusBadGateway, "api_error", "upstream unreachable: "+err.Error())
+		msg := RedactText(err.Error())
+		s.log.Warn("proxy: upstream unreachable", slog.String("path", r.URL.Path), slog.String("error", msg))
+		writeError(w, f, http.StatusBadGateway, "api_error", "upstream unreachable: "+msg)
 		return
 	}
 	defer resp.Body.Close()
@@ -381,7 +385,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 		return
 	}
 	if x.target, err = targetURL(base, r); err != nil {
-		writeError(sw, format, http.StatusBadGateway, "api_error", err.Error())
+		writeError(sw, format, http.StatusBadGateway, "api_error", RedactText(err.Error()))
 		return
 	}
 	if derr != nil {
@@ -393,8 +397,8 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 	}
 	if reason := providerState(format, dec); reason != "" {
 		// The history lives on the provider (responses.go): nothing to manage here.
-		s.metrics.unmanaged.WithLabelValues("provider_state").Inc()
-		attrs = append(attrs, slog.String("unmanaged", reason))
+		s.metrics.unmanaged.WithLabelValues(ReasonProviderState).Inc()
+		attrs = append(attrs, slog.Bool("managed", false), slog.String("reason", ReasonProviderState), slog.String("unmanaged", reason))
 		x.forward(r.Context(), body)
 		return
 	}
@@ -566,8 +570,10 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 		x.sent, x.sentN = *dec, p.Report.InputAfter
 		x.sent.System, x.sent.Tools, x.sent.Messages = p.Request.System, p.Request.Tools, p.Request.Messages
 		info = append(info, slog.Bool("verbatim", true))
+		logDecision(ctx, x.log, &p.Report, true)
 		return x.body, info, nil
 	}
+	logDecision(ctx, x.log, &p.Report, false)
 	out, err := x.encode(p.Request, p.Report.InputAfter)
 	if err != nil {
 		return nil, info, err
@@ -633,8 +639,9 @@ func (x *exchange) forward(ctx context.Context, body []byte) {
 			if ctx.Err() != nil {
 				return
 			}
-			x.log.Warn("proxy: upstream unreachable", slog.String("error", err.Error()))
-			writeError(x.w, x.format, http.StatusBadGateway, "api_error", "upstream unreachable: "+err.Error())
+			msg := RedactText(err.Error())
+			x.log.Warn("proxy: upstream unreachable", slog.String("error", msg))
+			writeError(x.w, x.format, http.StatusBadGateway, "api_error", "upstream unreachable: "+msg)
 			return
 		}
 		if resp.StatusCode < 200 || resp.StatusCode > 299 {
@@ -766,14 +773,11 @@ func (x *exchange) followUp(ctx context.Context, asst chat.Message, calls []read
 		room -= x.window / 50 // the margin of estimated counters
 	}
 	per := room / max(1, len(calls))
+	if per < 64 {
+		return x.withoutRead()
+	}
 	for _, c := range calls {
-		var text string
-		isErr := false
-		if per < 64 {
-			text, isErr = "ctxmgr_read: no room left in the context window for this read; answer with what you have.", true
-		} else {
-			text, isErr = x.s.answerRead(ctx, x.id, x.mgr, x.sess, c.Args, per, counter)
-		}
+		text, isErr := x.s.answerRead(ctx, x.id, x.mgr, x.sess, c.Args, per, counter)
 		x.reads++
 		res := chat.ToolResult(c.ID, readToolName, text, isErr)
 		if x.format == FormatResponses {
@@ -781,7 +785,22 @@ func (x *exchange) followUp(ctx context.Context, asst chat.Message, calls []read
 		}
 		msgs = append(msgs, res)
 	}
-	return x.encode(chat.Request{System: req.System, Tools: req.Tools, Messages: msgs}, 0)
+	next := chat.Request{System: req.System, Tools: req.Tools, Messages: msgs}
+	if limit := x.window - x.maxOut - x.window/50; x.window > 0 && counter.Request(&next).Total > limit {
+		return x.withoutRead()
+	}
+	return x.encode(next, 0)
+}
+
+// withoutRead is the follow-up when a ctxmgr_read result has no room in the window: the
+// request sent before, which fit, without the read tool, so that the model answers with what
+// it has. Adding the call and a "no room" result instead could exceed the window (invariant
+// 2), and a placeholder must never become the assistant's reply.
+func (x *exchange) withoutRead() ([]byte, error) {
+	x.readTool = false
+	req := x.sent
+	x.log.Debug("proxy: no room for a ctxmgr_read result; asking again without the read tool")
+	return x.encode(chat.Request{System: req.System, Tools: stripReadTool(req.Tools), Messages: req.Messages}, 0)
 }
 
 // usageOf returns the input tokens a provider reports in a non-streamed answer: OpenAI

@@ -276,13 +276,15 @@ func (s *Server) load(ctx context.Context, ps *psession, m *managed, key manager
 	}
 	ps.setup = ps.setupHash(system, tools)
 	ps.readTool = false
-	s.snapshotConfig(ctx, ps.id, m, key)
+	s.snapshotConfig(ctx, ps.id, m, key, system, tools)
 	return s.syncReadTool(ps, system, tools)
 }
 
 // snapshotConfig records the configuration a session is managed with, best effort (it is a
-// record for operators; a failure is logged).
-func (s *Server) snapshotConfig(ctx context.Context, id string, m *managed, key managerKey) {
+// record for operators; a failure is logged). It includes the system prompt and tools the
+// session is given (the ctxmgr_read tool included once injected), so that `ctxmgr sessions
+// show` counts the same regions /context does; it is rewritten when they change.
+func (s *Server) snapshotConfig(ctx context.Context, id string, m *managed, key managerKey, system []chat.Message, tools []chat.Tool) {
 	cs, ok := s.cfg.Store.(store.ConfigStore)
 	if !ok {
 		return
@@ -291,6 +293,7 @@ func (s *Server) snapshotConfig(ctx context.Context, id string, m *managed, key 
 	snap, err := json.Marshal(map[string]any{
 		"preset": s.cfg.Preset, "window": key.window, "max_output": key.maxOutput, "counter": c.Counter.Name(),
 		"threshold": c.Budget.Threshold, "reserve": c.Budget.Reserve, "tool_result_cap": c.ToolResultCap,
+		"system": system, "tools": tools,
 	})
 	if err != nil {
 		return
@@ -318,6 +321,7 @@ func (s *Server) syncReadTool(ps *psession, system []chat.Message, tools []chat.
 		return err
 	}
 	ps.readTool = true
+	s.snapshotConfig(context.Background(), ps.id, ps.mgr, ps.key, system, withReadTool(tools))
 	return nil
 }
 
@@ -346,6 +350,7 @@ func (s *Server) sync(ctx context.Context, ps *psession, m *managed, key manager
 				return err
 			}
 			ps.setup = setup
+			s.snapshotConfig(ctx, ps.id, m, key, system, t)
 		}
 		news := msgs[len(ps.hashes):]
 		if len(news) == 0 {

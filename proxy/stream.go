@@ -92,7 +92,7 @@ func (x *exchange) relayStream(ctx context.Context, resp *http.Response) {
 			err = &upstreamStatus{status: r2.StatusCode, body: b}
 		}
 		if err != nil {
-			x.log.Warn("proxy: ctxmgr_read follow-up failed", slog.String("error", err.Error()))
+			x.log.Warn("proxy: ctxmgr_read follow-up failed", slog.String("error", RedactText(err.Error())))
 			_, _ = x.w.Write(f.abort("\n[ctxmgr: could not read back stored content]"))
 			flush(x.w)
 			return

@@ -296,8 +296,14 @@ func FuzzDecode(f *testing.F) {
 		if anthropic {
 			other = OpenAI
 		}
-		if cross, err := Encode(other, req); err == nil && !json.Valid(cross) {
-			t.Fatalf("cross-format encoding is not valid JSON:\n%s", cross)
+		for _, f := range []Format{other, Responses} {
+			if cross, err := Encode(f, req); err == nil && !json.Valid(cross) {
+				t.Fatalf("cross-format encoding (%s) is not valid JSON:\n%s", f, cross)
+			} else if err == nil && f == Responses {
+				if _, err := DecodeResponses(cross); err != nil {
+					t.Fatalf("our Responses encoding does not decode: %v\n%s", err, cross)
+				}
+			}
 		}
 		out, err := Encode(format, req)
 		if err != nil {
