@@ -43,6 +43,7 @@ type serveOptions struct {
 	disableReadTool   bool
 	limits            proxy.Limits
 	pprof             string
+	syncAppends       bool
 	summarizer        summarizerOptions // serve_summarizer.go
 }
 
@@ -108,6 +109,7 @@ requests and streams finish (up to --shutdown-timeout).
 	f.DurationVar(&o.limits.WriteTimeout, "write-timeout", proxy.DefaultWriteTimeout, "how long each write of an answer may take (a stream gets it anew for every event)")
 	f.DurationVar(&o.limits.IdleTimeout, "idle-timeout", proxy.DefaultIdleTimeout, "how long a keep-alive connection may wait for its next request")
 	f.IntVar(&o.limits.MaxConns, "max-conns", proxy.DefaultMaxConns, "connections served at once (more wait to be accepted)")
+	f.BoolVar(&o.syncAppends, "sync-appends", false, "SQLite: fsync every append (synchronous=FULL). Off: synchronous=NORMAL, safe when the process dies, and an append lost to a power cut is sent again by the client with its next request")
 	f.StringVar(&o.pprof, "pprof", "", "serve net/http/pprof on this address, e.g. 127.0.0.1:6060 (off by default; never expose it publicly)")
 	addSummarizerFlags(f, &o.summarizer)
 	return cmd
@@ -195,7 +197,7 @@ func runServe(cmd *cobra.Command, o *serveOptions) error {
 
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	st, err := openStore(ctx, o.store)
+	st, err := openStore(ctx, o.store, !o.syncAppends)
 	if err != nil {
 		return err
 	}

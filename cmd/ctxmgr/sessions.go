@@ -29,15 +29,16 @@ const storeSpecHelp = `sqlite:PATH (a SQLite database file), postgres://USER@HOS
 
 // openStore opens the store a --store value names: "sqlite:PATH", "postgres://..." (or
 // "postgresql://..."), or "files:DIR". A SQLite database or a directory that does not exist
-// is created. A malformed spec is a usage error.
-func openStore(ctx context.Context, spec string) (store.Store, error) {
+// is created. A malformed spec is a usage error. relaxed opens SQLite with
+// sqlite.Options.Relaxed (what serve does: its clients resend their history).
+func openStore(ctx context.Context, spec string, relaxed bool) (store.Store, error) {
 	switch {
 	case strings.HasPrefix(spec, "sqlite:"):
 		path := strings.TrimPrefix(spec, "sqlite:")
 		if path == "" {
 			return nil, usageErrorf("--store %q: missing database path after sqlite:", spec)
 		}
-		return sqlite.Open(path, sqlite.Options{})
+		return sqlite.Open(path, sqlite.Options{Relaxed: relaxed})
 	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
 		return postgres.Open(ctx, spec, postgres.Options{})
 	case strings.HasPrefix(spec, "files:"):
@@ -63,7 +64,7 @@ func openExisting(ctx context.Context, spec string) (store.Store, error) {
 			}
 		}
 	}
-	return openStore(ctx, spec)
+	return openStore(ctx, spec, false)
 }
 
 // archivedPositioner is implemented by the stores that can list archived positions directly.
