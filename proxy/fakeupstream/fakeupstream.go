@@ -451,6 +451,9 @@ var (
 )
 
 func (s *Server) decide(req *chat.Request) reply {
+	if rep, ok := s.agentScript(req); ok { // agent.go
+		return rep
+	}
 	msgs := req.Messages
 	last := lastSpoken(msgs)
 	if last == nil {
