@@ -209,8 +209,7 @@ export function checkUpstream(recs, window, { paths } = {}) {
       if (r.reply === 'tool_call') calls++;
       maxUse = Math.max(maxUse, r.tokens + r.max_tokens);
       if (r.tokens + r.max_tokens > window) fails.push(`upstream request ${r.seq} (${r.path}) does not fit: ${r.tokens} tokens + ${r.max_tokens} max output > window ${window}`);
-    } else if (r.rule === 'window' || (r.status === 400 && !r.rule && !r.valid && r.tokens + r.max_tokens > window)) {
-      // (The Responses fake records its window refusals without a rule.)
+    } else if (r.rule === 'window') {
       overflow++;
       const next = recs.slice(i + 1).find((x) => x.path === r.path);
       if (!(next && next.tokens + next.max_tokens < r.tokens + r.max_tokens)) {

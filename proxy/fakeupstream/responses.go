@@ -201,7 +201,7 @@ func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.opts.Window > 0 && rec.Tokens+rec.MaxTokens > s.opts.Window || s.opts.RejectAbove > 0 && rec.Tokens > s.opts.RejectAbove {
-		rec.Status, rec.Reply = 400, "error"
+		rec.Status, rec.Reply, rec.Rule = 400, "error", RuleWindow
 		s.record(&rec)
 		writeRaw(w, 400, OpenAIResponsesOverflow)
 		return
