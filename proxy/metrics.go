@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	ctxmgr "github.com/ctxmgr/ctxmgr"
+	"github.com/ctxmgr/ctxmgr/chat"
 )
 
 // metrics are the Prometheus series of one Server.
@@ -27,7 +29,8 @@ type metrics struct {
 	reads         prometheus.Counter
 	branches      prometheus.Counter
 	reloads       prometheus.Counter
-	unmanaged     *prometheus.CounterVec // reason
+	unmanaged     *prometheus.CounterVec // reason: one of unmanagedReasons
+	busy          prometheus.Counter
 	usageRatio    *prometheus.HistogramVec
 	overhead      *prometheus.HistogramVec
 }
@@ -63,6 +66,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Sessions reloaded from the store because another instance appended to them first."}),
 		unmanaged: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ctxmgr_unmanaged_total",
 			Help: "Chat requests forwarded unchanged because they could not be managed, by reason."}, []string{"reason"}),
+		busy: prometheus.NewCounter(prometheus.CounterOpts{Name: "ctxmgr_session_busy_total",
+			Help: "Chat requests answered 503 because other writers kept appending to their session (store conflicts)."}),
 		usageRatio: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ctxmgr_usage_ratio",
 			Help:    "Provider-reported input tokens divided by the proxy's estimate of the request, by counter kind (exact, heuristic).",
 			Buckets: []float64{0.5, 0.8, 0.9, 0.95, 0.98, 1, 1.02, 1.05, 1.1, 1.2, 1.5, 2}}, []string{"counter"}),
@@ -71,7 +76,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14)}, []string{"format"}),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.upstream, m.tokensBefore, m.tokensAfter, m.compactions, m.recoveries,
-		m.fallbacks, m.prefixChanged, m.prefixKept, m.commands, m.reads, m.branches, m.reloads, m.unmanaged, m.usageRatio, m.overhead} {
+		m.fallbacks, m.prefixChanged, m.prefixKept, m.commands, m.reads, m.branches, m.reloads, m.unmanaged, m.busy, m.usageRatio, m.overhead} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -81,6 +86,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, l := range []string{"compact", "context", "clear"} {
 		m.commands.WithLabelValues(l)
+	}
+	for _, l := range unmanagedReasons {
+		m.unmanaged.WithLabelValues(l)
 	}
 	return m, nil
 }
@@ -139,4 +147,27 @@ func logDecision(ctx context.Context, log *slog.Logger, rep *ctxmgr.Report, verb
 		slog.Any("steps", steps), slog.Int("summary_version", rep.SummaryVersion),
 		slog.Int("evicted", rep.Evicted), slog.Int("pinned", rep.Pinned),
 		slog.Int("compactions", rep.Compactions), slog.Bool("prefix_changed", rep.PrefixChanged))
+}
+
+// unmanagedReasons are the only reasons a chat request is forwarded unmanaged (the label of
+// ctxmgr_unmanaged_total): a body the proxy cannot decode ("decode"), a history it rejects
+// as invalid ("history"), a request that cannot fit even after every step ("does_not_fit"),
+// a configuration the request makes invalid, such as max_tokens filling the window
+// ("config"), and any other failure of the pipeline or the store ("internal"). A store
+// conflict is not one of them: it is retried and then answered 503.
+var unmanagedReasons = []string{"decode", "history", "does_not_fit", "config", "internal"}
+
+// unmanagedReason classifies why managing a request failed.
+func unmanagedReason(err error) string {
+	var nf *ctxmgr.NoFitError
+	var ce *chat.Error
+	switch {
+	case errors.As(err, &nf):
+		return "does_not_fit"
+	case errors.Is(err, ctxmgr.ErrInvalidConfig):
+		return "config" // e.g. max_tokens leaves no room in the window
+	case errors.As(err, &ce):
+		return "history"
+	}
+	return "internal"
 }

@@ -372,14 +372,15 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 		if errors.Is(err, errAnswered) {
 			return
 		}
-		reason := "history"
-		var nf *ctxmgr.NoFitError
-		switch {
-		case errors.As(err, &nf):
-			reason = "does_not_fit"
-		case errors.Is(err, ctxmgr.ErrInvalidConfig):
-			reason = "config" // e.g. max_tokens leaves no room in the window
+		if isBusy(err) {
+			// Never forwarded raw: a client retrying gets a managed request.
+			s.metrics.busy.Inc()
+			attrs = append(attrs, slog.String("error", err.Error()))
+			sw.Header().Set("Retry-After", "1")
+			writeError(sw, format, http.StatusServiceUnavailable, "overloaded_error", "ctxmgr: the session is being written by other requests; retry")
+			return
 		}
+		reason := unmanagedReason(err)
 		s.metrics.unmanaged.WithLabelValues(reason).Inc()
 		attrs = append(attrs, slog.String("unmanaged", err.Error()))
 		x.managed = false
