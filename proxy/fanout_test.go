@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -58,7 +59,7 @@ func TestFanOutPostgres(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer st.Close()
-		srv, err := New(Config{UpstreamOpenAI: up.URL, UpstreamAnthropic: up.URL, Store: st, Window: window, Tune: smallTune, Logger: quietLogger()})
+		srv, err := New(Config{UpstreamOpenAI: up.URL, UpstreamAnthropic: up.URL, Store: st, Window: window, Tune: smallTune, Logger: fanoutLogger()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,4 +183,11 @@ func isStatus(err error, status int) bool {
 	var s string
 	_, _ = fmt.Sscanf(err.Error(), "status %s", &s)
 	return s == fmt.Sprint(status)
+}
+
+func fanoutLogger() *slog.Logger {
+	if os.Getenv("FANOUT_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return quietLogger()
 }
