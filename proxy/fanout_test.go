@@ -90,7 +90,7 @@ func TestFanOutPostgres(t *testing.T) {
 				// A 503 (session busy) is the documented answer to contention: retry it, as
 				// clients retry 503s.
 				for try := 0; try < 5; try++ {
-					answers[i], errs[i] = c.complete(ctx)
+					answers[i], errs[i] = c.complete(ctx, n%3 == 1)
 					if errs[i] == nil || !isStatus(errs[i], 503) {
 						return
 					}
