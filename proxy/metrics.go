@@ -27,8 +27,9 @@ type metrics struct {
 	reads         prometheus.Counter
 	branches      prometheus.Counter
 	reloads       prometheus.Counter
-	unmanaged     *prometheus.CounterVec // reason
+	unmanaged     *prometheus.CounterVec // reason: one of unmanagedReasons
 	lowered       prometheus.Counter
+	busy          prometheus.Counter
 	usageRatio    *prometheus.HistogramVec
 	overhead      *prometheus.HistogramVec
 }
@@ -66,6 +67,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Requests forwarded without context management, by reason (see the proxy package doc)."}, []string{"reason"}),
 		lowered: prometheus.NewCounter(prometheus.CounterOpts{Name: "ctxmgr_max_tokens_lowered_total",
 			Help: "Requests whose max_tokens the proxy lowered to fit the window in force."}),
+		busy: prometheus.NewCounter(prometheus.CounterOpts{Name: "ctxmgr_session_busy_total",
+			Help: "Chat requests answered 503 because other writers kept appending to their session (store conflicts)."}),
 		usageRatio: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ctxmgr_usage_ratio",
 			Help:    "Provider-reported input tokens divided by the proxy's estimate of the request, by counter kind (exact, heuristic).",
 			Buckets: []float64{0.5, 0.8, 0.9, 0.95, 0.98, 1, 1.02, 1.05, 1.1, 1.2, 1.5, 2}}, []string{"counter"}),
@@ -74,7 +77,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14)}, []string{"format"}),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.upstream, m.tokensBefore, m.tokensAfter, m.compactions, m.recoveries,
-		m.fallbacks, m.prefixChanged, m.prefixKept, m.commands, m.reads, m.branches, m.reloads, m.unmanaged, m.lowered, m.usageRatio, m.overhead} {
+		m.fallbacks, m.prefixChanged, m.prefixKept, m.commands, m.reads, m.branches, m.reloads, m.unmanaged, m.lowered, m.busy, m.usageRatio, m.overhead} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -84,6 +87,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, l := range []string{"compact", "context", "clear"} {
 		m.commands.WithLabelValues(l)
+	}
+	for _, l := range unmanagedReasons {
+		m.unmanaged.WithLabelValues(l)
 	}
 	return m, nil
 }
@@ -143,3 +149,4 @@ func logDecision(ctx context.Context, log *slog.Logger, rep *ctxmgr.Report, verb
 		slog.Int("evicted", rep.Evicted), slog.Int("pinned", rep.Pinned),
 		slog.Int("compactions", rep.Compactions), slog.Bool("prefix_changed", rep.PrefixChanged))
 }
+

@@ -409,6 +409,14 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 		if errors.Is(err, errAnswered) {
 			return
 		}
+		if isBusy(err) {
+			// Never forwarded raw: a client retrying gets a managed request.
+			s.metrics.busy.Inc()
+			attrs = append(attrs, slog.String("error", err.Error()))
+			sw.Header().Set("Retry-After", "1")
+			writeError(sw, format, http.StatusServiceUnavailable, "overloaded_error", "ctxmgr: the session is being written by other requests; retry")
+			return
+		}
 		reason := unmanagedReason(err)
 		s.metrics.unmanaged.WithLabelValues(reason).Inc()
 		attrs = append(attrs, slog.Bool("managed", false), slog.String("reason", reason), slog.String("unmanaged", err.Error()))
@@ -449,12 +457,20 @@ const (
 	// ReasonProviderState: the provider holds the history (Responses previous_response_id or
 	// conversation).
 	ReasonProviderState = "provider_state"
-	// ReasonStore: the session store failed.
-	ReasonStore = "store"
+	// ReasonHistory: the session refuses the history as invalid (a *chat.Error: a tool
+	// result without its call, ...); the provider answers.
+	ReasonHistory = "history"
+	// ReasonInternal: any other failure of the pipeline or the store. A store conflict is not
+	// one: it is retried, then answered 503 (conflict.go).
+	ReasonInternal = "internal"
 	// ReasonPath: a path the proxy does not manage (GET /v1/models, token counting without a
 	// known session, ...), forwarded as is.
 	ReasonPath = "path"
 )
+
+// unmanagedReasons are every reason, pre-registered at 0 in the metric.
+var unmanagedReasons = []string{ReasonDecode, ReasonSingleMessage, ReasonDoesNotFit, ReasonConfig,
+	ReasonProviderState, ReasonHistory, ReasonInternal, ReasonPath}
 
 // unmanagedError says why a request could not be managed.
 type unmanagedError struct {
@@ -469,6 +485,7 @@ func (e *unmanagedError) Unwrap() error { return e.err }
 func unmanagedReason(err error) string {
 	var ue *unmanagedError
 	var nf *ctxmgr.NoFitError
+	var ce *chat.Error
 	switch {
 	case errors.As(err, &ue):
 		return ue.reason
@@ -476,8 +493,10 @@ func unmanagedReason(err error) string {
 		return ReasonDoesNotFit
 	case errors.Is(err, ctxmgr.ErrInvalidConfig):
 		return ReasonConfig
+	case errors.As(err, &ce):
+		return ReasonHistory
 	}
-	return ReasonStore
+	return ReasonInternal
 }
 
 // peekModel reads the model and stream fields of a body the wire decoder refused, for logs.

@@ -368,7 +368,7 @@ func (s *Server) sync(ctx context.Context, ps *psession, m *managed, key manager
 			}
 			break
 		}
-		if !errors.Is(err, store.ErrConflict) || attempt > 0 {
+		if err := afterConflict(ctx, err, attempt); err != nil {
 			return err
 		}
 		// Another instance appended to this session: reload it from the store and retry.

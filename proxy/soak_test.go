@@ -42,10 +42,15 @@ func (a *rawAgent) add(raw string) {
 	a.msgs = append(a.msgs, json.RawMessage(raw))
 }
 
-// complete sends the history and returns the assistant message as the upstream answered it.
-func (a *rawAgent) complete(ctx context.Context) (json.RawMessage, error) {
+// complete sends the history and returns the assistant message as the upstream answered it
+// (a stream is accumulated into the message it spells).
+func (a *rawAgent) complete(ctx context.Context, stream bool) (json.RawMessage, error) {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, `{"model":"gpt-4o","max_completion_tokens":%d,"tools":%s,"messages":[`, a.maxOut, soakTools)
+	fmt.Fprintf(&b, `{"model":"gpt-4o","max_completion_tokens":%d,"tools":%s,`, a.maxOut, soakTools)
+	if stream {
+		b.WriteString(`"stream":true,"stream_options":{"include_usage":true},`)
+	}
+	b.WriteString(`"messages":[`)
 	for i, m := range a.msgs {
 		if i > 0 {
 			b.WriteByte(',')
@@ -72,6 +77,9 @@ func (a *rawAgent) complete(ctx context.Context) (json.RawMessage, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("status %d: %s", resp.StatusCode, data)
 	}
+	if stream {
+		return accumulateStream(data)
+	}
 	var v struct {
 		Choices []struct {
 			Message json.RawMessage `json:"message"`
@@ -83,12 +91,71 @@ func (a *rawAgent) complete(ctx context.Context) (json.RawMessage, error) {
 	return v.Choices[0].Message, nil
 }
 
+// accumulateStream turns an OpenAI chat.completion.chunk stream into the assistant message.
+func accumulateStream(data []byte) (json.RawMessage, error) {
+	type fn struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	}
+	type tc struct {
+		Index    int    `json:"index"`
+		ID       string `json:"id,omitempty"`
+		Type     string `json:"type,omitempty"`
+		Function fn     `json:"function"`
+	}
+	var content strings.Builder
+	var calls []tc
+	done := false
+	for _, line := range strings.Split(string(data), "\n") {
+		payload, ok := strings.CutPrefix(line, "data: ")
+		if !ok {
+			continue
+		}
+		if payload == "[DONE]" {
+			done = true
+			break
+		}
+		var c struct {
+			Choices []struct {
+				Delta struct {
+					Content   string `json:"content"`
+					ToolCalls []tc   `json:"tool_calls"`
+				} `json:"delta"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal([]byte(payload), &c); err != nil {
+			return nil, fmt.Errorf("bad chunk %q: %w", payload, err)
+		}
+		for _, ch := range c.Choices {
+			content.WriteString(ch.Delta.Content)
+			for _, d := range ch.Delta.ToolCalls {
+				for len(calls) <= d.Index {
+					calls = append(calls, tc{Index: len(calls), Type: "function"})
+				}
+				if d.ID != "" {
+					calls[d.Index].ID = d.ID
+				}
+				calls[d.Index].Function.Name += d.Function.Name
+				calls[d.Index].Function.Arguments += d.Function.Arguments
+			}
+		}
+	}
+	if !done {
+		return nil, fmt.Errorf("stream without [DONE]: %s", data)
+	}
+	msg := map[string]any{"role": "assistant", "content": content.String()}
+	if len(calls) > 0 {
+		msg["tool_calls"] = calls
+	}
+	return json.Marshal(msg)
+}
+
 // turn sends a user message and runs the tool loop: every tool call is answered with
 // output(turn), and the turn ends with the model's text answer.
-func (a *rawAgent) turn(ctx context.Context, n int, text string, output func(int) string) (string, error) {
+func (a *rawAgent) turn(ctx context.Context, n int, text string, stream bool, output func(int) string) (string, error) {
 	a.add(fmt.Sprintf(`{"role":"user","content":%q}`, text))
 	for iter := 0; iter < 4; iter++ {
-		msg, err := a.complete(ctx)
+		msg, err := a.complete(ctx, stream)
 		if err != nil {
 			return "", err
 		}
@@ -132,7 +199,8 @@ func soakOutput(n int) string {
 }
 
 // TestSoak is a long tool-using session through the proxy on a 4K window:
-// 1,000 turns (a user message, a tool call, a 0.3-6 KB result, an answer), compacted every
+// 1,000 turns (a user message, a tool call, a 0.1-6 KB result, an answer; every fourth turn
+// streamed), compacted every
 // few turns (the memory store; SOAK_FILES=1 uses a file store, SOAK_TURNS=N sets the
 // length). Every turn is answered, every request the upstream receives fits the window, the
 // summary stays within its budget however many versions it has, and the store holds every
@@ -164,7 +232,7 @@ func TestSoak(t *testing.T) {
 	a.add(`{"role":"system","content":"You are a coding agent under test. Use the tools."}`)
 	start := time.Now()
 	for i := 0; i < turns; i++ {
-		out, err := a.turn(ctx, i, fmt.Sprintf("turn %d: look at /src/pkg%d/file%d.go", i, i%13, i%7), soakOutput)
+		out, err := a.turn(ctx, i, fmt.Sprintf("turn %d: look at /src/pkg%d/file%d.go", i, i%13, i%7), i%4 == 3, soakOutput)
 		if err != nil {
 			t.Fatalf("turn %d: %v", i, err)
 		}
@@ -179,8 +247,11 @@ func TestSoak(t *testing.T) {
 		t.Errorf("the upstream received %d requests for %d turns, want %d", len(recs), turns, 2*turns)
 	}
 	checkRecords(t, recs, window)
-	largest := 0
+	largest, streamed := 0, 0
 	for _, r := range recs {
+		if r.Stream {
+			streamed++
+		}
 		if r.Status != http.StatusOK {
 			t.Errorf("request %d answered %d", r.Seq, r.Status)
 		}
@@ -188,6 +259,9 @@ func TestSoak(t *testing.T) {
 	}
 	if n := counterSum(e.srv.metrics.unmanaged); n != 0 {
 		t.Errorf("%v requests forwarded unmanaged", n)
+	}
+	if streamed != 2*(turns/4) {
+		t.Errorf("%d streamed requests, want %d", streamed, 2*(turns/4))
 	}
 
 	e.srv.sessMu.Lock()

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ctxmgr/ctxmgr/internal/redact"
 	"github.com/ctxmgr/ctxmgr/provider"
 )
 
@@ -353,7 +354,7 @@ func (s *llm) call(ctx context.Context, body []byte) (answer, error) {
 	defer cancel()
 	hreq, err := http.NewRequestWithContext(actx, http.MethodPost, s.endpoint, bytes.NewReader(body))
 	if err != nil {
-		return answer{}, &attemptError{reason: "building the request: " + err.Error()}
+		return answer{}, &attemptError{reason: "building the request: " + redact.Text(err.Error())}
 	}
 	for k, vs := range s.o.Header {
 		for _, v := range vs {
@@ -399,7 +400,9 @@ func (s *llm) transportError(ctx, actx context.Context, err error) error {
 	if errors.Is(actx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
 		return &attemptError{reason: "timeout after " + s.o.Timeout.String(), retry: true}
 	}
-	return &attemptError{reason: "transport error: " + oneLine(err.Error(), 200), retry: true}
+	// The error quotes the endpoint URL, which may carry a key (?key=...): the reason is
+	// logged and stored with the summary's fallback event.
+	return &attemptError{reason: "transport error: " + oneLine(redact.Text(err.Error()), 200), retry: true}
 }
 
 // retryStatus reports whether an HTTP status is worth another attempt: throttling, conflicts
