@@ -31,7 +31,6 @@ type rawAgent struct {
 	url, session string
 	maxOut       int
 	msgs         []json.RawMessage
-	sent         []chat.Message // every message the client sent, decoded as the proxy decodes it
 	client       *http.Client
 }
 
