@@ -1,16 +1,20 @@
 package tokens
 
 import (
+	"bytes"
+	"encoding/base64"
 	"fmt"
 	"hash/maphash"
+	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/pkoukk/tiktoken-go-loader/assets"
+
 	"github.com/ctxmgr/ctxmgr/chat"
-	tiktoken "github.com/pkoukk/tiktoken-go"
-	tiktokenloader "github.com/pkoukk/tiktoken-go-loader"
 )
 
 // Encoding names.
@@ -19,54 +23,156 @@ const (
 	CL100kBase = "cl100k_base"
 )
 
-// The exact counters use github.com/pkoukk/tiktoken-go with the vocabularies embedded by
-// github.com/pkoukk/tiktoken-go-loader. That library keeps its vocabulary loader in a
-// package-level variable; installOfflineLoader sets it once, the first time one of our
-// constructors runs, so that nothing is ever downloaded. (A program that sets another loader
-// itself after that would change it for us too; nothing in ctxmgr does.)
-var installOfflineLoader = sync.OnceFunc(func() {
-	tiktoken.SetBpeLoader(tiktokenloader.NewOfflineLoader())
-})
+// The exact counters use the vocabularies (token bytes and merge ranks) that
+// github.com/pkoukk/tiktoken-go-loader embeds, so nothing is ever downloaded, with our own
+// pre-tokenizer (pretok.go) and our own byte-pair merge (bpeCount), which is tiktoken's
+// algorithm: FuzzCountLibrary checks it against github.com/pkoukk/tiktoken-go on arbitrary
+// text, and the golden test against an independent implementation. The library itself is
+// only used by the tests: building its encoder takes 0.3-0.8 s (decoder maps, regular
+// expressions, sorted tables counting never uses), where parsing the ranks takes a few tens
+// of milliseconds (BenchmarkEncoderLoad).
 
-// One encoding value per encoding, built on first use (about 0.3 s and some tens of MB each)
-// and shared by every counter of that encoding: the library's encoder is read-only and safe
-// for concurrent use, and the piece cache is a cache of a pure function, safe for concurrent
-// use, so sharing it only saves memory and warms it faster.
+// One encoding value per encoding, built on first use and shared by every counter of that
+// encoding: the rank table is read-only, and the piece cache is a cache of a pure function,
+// safe for concurrent use, so sharing it only saves memory and warms it faster.
 var encoders = map[string]func() (*encoding, error){
 	O200kBase:  sync.OnceValues(func() (*encoding, error) { return loadEncoding(O200kBase, splitO200k) }),
 	CL100kBase: sync.OnceValues(func() (*encoding, error) { return loadEncoding(CL100kBase, splitCL100k) }),
 }
 
-// encoding is an exact BPE encoding: the library's encoder (vocabulary and merges), our
-// pre-tokenizer for its pattern, and a cache of piece counts.
+// encoding is an exact BPE encoding: the merge ranks of its vocabulary, our pre-tokenizer for
+// its pattern, and a cache of piece counts.
 type encoding struct {
-	tk     *tiktoken.Tiktoken
+	ranks  map[string]uint32
 	split  splitter
 	pieces pieceCache
 }
 
 func loadEncoding(name string, split splitter) (*encoding, error) {
-	installOfflineLoader()
-	tk, err := tiktoken.GetEncoding(name)
+	data, err := assets.Assets.ReadFile(name + ".tiktoken")
 	if err != nil {
 		return nil, fmt.Errorf("tokens: loading %s: %w", name, err)
 	}
-	e := &encoding{tk: tk, split: split}
+	ranks, err := parseRanks(data)
+	if err != nil {
+		return nil, fmt.Errorf("tokens: loading %s: %w", name, err)
+	}
+	e := &encoding{ranks: ranks, split: split}
 	e.pieces.init()
 	return e, nil
 }
 
+// parseRanks reads a .tiktoken file: one "<base64 token> <rank>" a line. The tokens are
+// decoded into one buffer and the map's keys are substrings of it: one allocation for all
+// the token bytes instead of one per token.
+func parseRanks(data []byte) (map[string]uint32, error) {
+	type entry struct{ from, to, rank uint32 }
+	entries := make([]entry, 0, bytes.Count(data, []byte{'\n'})+1)
+	buf := make([]byte, 0, len(data)*3/4)
+	for len(data) > 0 {
+		line := data
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			line, data = data[:i], data[i+1:]
+		} else {
+			data = nil
+		}
+		if len(line) == 0 {
+			continue
+		}
+		sp := bytes.IndexByte(line, ' ')
+		if sp < 0 {
+			return nil, fmt.Errorf("malformed vocabulary line %q", line)
+		}
+		from := len(buf)
+		buf = append(buf, make([]byte, base64.StdEncoding.DecodedLen(sp))...)
+		n, err := base64.StdEncoding.Decode(buf[from:], line[:sp])
+		if err != nil {
+			return nil, fmt.Errorf("vocabulary token %q: %w", line[:sp], err)
+		}
+		buf = buf[:from+n]
+		rank, err := strconv.ParseUint(string(line[sp+1:]), 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("vocabulary rank %q: %w", line[sp+1:], err)
+		}
+		entries = append(entries, entry{uint32(from), uint32(from + n), uint32(rank)})
+	}
+	all := string(buf)
+	ranks := make(map[string]uint32, len(entries))
+	for _, e := range entries {
+		ranks[all[e.from:e.to]] = e.rank
+	}
+	return ranks, nil
+}
+
+// noRank is the rank of a byte sequence that is not a token.
+const noRank = math.MaxUint32
+
+// bpeCount returns the number of tokens tiktoken's byte-pair merge makes of one pre-tokenized
+// piece: the pair of adjacent parts with the lowest rank is merged first (the leftmost of
+// equal ranks), until no adjacent pair is a token.
+func (e *encoding) bpeCount(p string) int {
+	if len(p) <= 1 {
+		return len(p)
+	}
+	if _, ok := e.ranks[p]; ok {
+		return 1
+	}
+	type part struct {
+		start int
+		rank  uint32
+	}
+	var stack [64]part
+	parts := stack[:0]
+	rank := func(from, to int) uint32 {
+		if r, ok := e.ranks[p[from:to]]; ok {
+			return r
+		}
+		return noRank
+	}
+	minRank, minAt := uint32(noRank), -1
+	for i := 0; i < len(p)-1; i++ {
+		r := rank(i, i+2)
+		if r < minRank {
+			minRank, minAt = r, i
+		}
+		parts = append(parts, part{i, r})
+	}
+	parts = append(parts, part{len(p) - 1, noRank}, part{len(p), noRank})
+	// pairRank is the rank of parts i and i+1 merged with i+2 (what merging at i+1 leaves).
+	pairRank := func(i int) uint32 {
+		if i+3 < len(parts) {
+			return rank(parts[i].start, parts[i+3].start)
+		}
+		return noRank
+	}
+	for minRank != noRank {
+		i := minAt
+		if i > 0 {
+			parts[i-1].rank = pairRank(i - 1)
+		}
+		parts[i].rank = pairRank(i)
+		parts = append(parts[:i+1], parts[i+2:]...)
+		minRank, minAt = noRank, -1
+		for j := 0; j < len(parts)-1; j++ {
+			if parts[j].rank < minRank {
+				minRank, minAt = parts[j].rank, j
+			}
+		}
+	}
+	return len(parts) - 1
+}
+
 // piece returns the token count of one pre-tokenized piece. Byte-pair merges never cross
 // piece boundaries, and a piece alone pre-tokenizes as itself (FuzzSplit checks it), so the
-// library's count of the piece alone is its count in context.
+// count of the piece alone is its count in context.
 func (e *encoding) piece(p string) int {
 	if len(p) > maxCachedPiece {
-		return len(e.tk.EncodeOrdinary(p))
+		return e.bpeCount(p)
 	}
 	if n, ok := e.pieces.get(p); ok {
 		return n
 	}
-	n := len(e.tk.EncodeOrdinary(p))
+	n := e.bpeCount(p)
 	e.pieces.put(p, n)
 	return n
 }
