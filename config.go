@@ -56,6 +56,25 @@ type Config struct {
 	// miss for what follows it, so the default is off.
 	RollingRewrite bool
 
+	// Prices is the price profile rewrites are decided by (see Prices.Expected): a rewrite
+	// of history already sent is a prompt-cache miss for what follows it, and is made only
+	// when the saving over the calls to come covers it. Default PricesAnthropic.
+	Prices Prices
+	// SupersedeOff turns off superseding: by default an older tool result that a later one
+	// shows again (the same file or range viewed again, the same command re-run) is replaced
+	// by a reference to the later one, in batches, when that pays (Prices).
+	SupersedeOff bool
+	// ReadTools declares tools that read files, beside the ones ctxmgr recognises (Claude
+	// Code's Read, read_file, view, str_replace_based_edit_tool's view, cat/sed -n/head/tail
+	// through a shell tool): their results are what the agent asked for, so they are not
+	// capped at ingestion while recent (up to RequestedReadCap) and they can be superseded
+	// by a later read of the same range.
+	ReadTools []ReadTool
+	// RequestedReadCap is the ingestion cap in bytes for results the agent requested as file
+	// reads (see ReadTools); they age out by the cost model like the others. Default: four
+	// times ToolResultCap, at most twice the window in bytes; -1: the ordinary cap.
+	RequestedReadCap int
+
 	// Summarizer summarizes evicted turns. Default: the extractive summarizer.
 	Summarizer summarize.Summarizer
 	// SummaryTokens is the summary's size target. Default 4% of the window, at least 1000.
@@ -136,6 +155,12 @@ func (c Config) WithDefaults() Config {
 	if c.OffloadRetention == 0 {
 		c.OffloadRetention = 5 * 24 * time.Hour
 	}
+	if c.Prices == (Prices{}) {
+		c.Prices = PricesAnthropic
+	}
+	if c.RequestedReadCap == 0 && c.ToolResultCap > 0 {
+		c.RequestedReadCap = min(4*c.ToolResultCap, 2*c.Budget.Window)
+	}
 	if c.MaskKeep == 0 {
 		c.MaskKeep = 10
 	}
@@ -165,7 +190,17 @@ func (c Config) Validate() error {
 	if err := c.Budget.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	if err := c.Prices.validate(); err != nil {
+		return err
+	}
+	for i, rt := range c.ReadTools {
+		if rt.Name == "" || rt.PathArg == "" {
+			return configErr("ReadTools", "[%d]: Name and PathArg are required", i)
+		}
+	}
 	switch {
+	case c.RequestedReadCap < -1:
+		return configErr("RequestedReadCap", "%d < -1", c.RequestedReadCap)
 	case c.ToolResultCap < -1:
 		return configErr("ToolResultCap", "%d < -1", c.ToolResultCap)
 	case c.ToolResultCap > 0 && c.ToolResultCap < 256:

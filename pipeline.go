@@ -80,6 +80,9 @@ func (s *Session) prepare(ctx context.Context, force bool) (Prepared, error) {
 			return Prepared{}, err
 		}
 	}
+	if err := s.supersede(ctx, rep); err != nil {
+		return Prepared{}, err
+	}
 	if cfg.AgeOut && cfg.OldToolResultCap > 0 {
 		if err := s.ageOut(ctx, rep); err != nil {
 			return Prepared{}, err
@@ -329,7 +332,7 @@ func (s *Session) rewrite(ctx context.Context, force bool, reason string, rep *R
 		r := rank
 		rank++
 		e := &s.entries[i]
-		if e.exempt || e.kind == viewMasked || e.kind == viewTruncated {
+		if e.exempt || e.kind == viewMasked || e.kind == viewTruncated || e.kind == viewSuperseded {
 			continue
 		}
 		if cfg.MaskKeep >= 0 && r >= cfg.MaskKeep && !protected[i] {
@@ -381,22 +384,13 @@ func (s *Session) rewrite(ctx context.Context, force bool, reason string, rep *R
 	return nil
 }
 
-// cachedPriceRatio is what a prompt-cache hit costs relative to an uncached input token, as
-// the major providers price it (Anthropic 0.1, OpenAI 0.1-0.5; the lower figure makes rewrites
-// rarer, which errs on the side of the cache).
-const cachedPriceRatio = 0.1
-
 // ageOut re-truncates aged tool results where the saving covers the cache miss (see
-// Config.AgeOut). A rewrite makes the tokens after it uncached for one call, costing
-// after*(1-r) in uncached-token units (r = cachedPriceRatio); each later call saves save*r.
-// The number of calls still to come is unknown. By the Copernican argument (the present call is
-// at a uniformly random point of the run), more than a third of the calls made so far remain
-// with probability 3/4; that is the estimate, so a rewrite pays off at least 3 times in 4.
-// Rewrite when calls/3*save*r >= (after+new)*(1-r).
+// Config.AgeOut), as the cost model decides (Prices.Expected): each result on its own, with
+// the tokens after it, its new view included, as the miss.
 func (s *Session) ageOut(ctx context.Context, rep *Report) error {
 	cfg := &s.m.cfg
-	calls := float64(max(1, s.assistants)) / 3
 	var picked []int
+	expected := 0.0
 	rank, after := 0, 0
 	k := len(s.results) - 1
 	for i := len(s.entries) - 1; i >= s.start; i-- {
@@ -408,8 +402,9 @@ func (s *Session) ageOut(ctx context.Context, rep *Report) error {
 			if r >= cfg.RecentToolResults && !e.exempt && (e.kind == viewOriginal || e.kind == viewOffloaded) && e.size > cfg.OldToolResultCap {
 				keep := e.tokens * cfg.OldToolResultCap / max(1, textBytes(&e.view))
 				save := e.tokens - keep
-				if calls*float64(save)*cachedPriceRatio >= float64(after+keep)*(1-cachedPriceRatio) {
+				if v := cfg.Prices.Expected(save, after+keep, s.assistants); save > 0 && v >= 0 {
 					picked = append(picked, i)
+					expected += v
 				}
 			}
 		}
@@ -428,7 +423,7 @@ func (s *Session) ageOut(ctx context.Context, rep *Report) error {
 		e.off = &off
 		s.setView(i, snippetView(&e.orig, off, cfg.OldToolResultCap), viewRetruncated)
 	}
-	s.note(rep, Event{Step: StepRetrunc, Reason: "aged out: the saving over the calls to come covers the cache miss", Before: before, After: s.plan().Input, Messages: len(picked)})
+	s.note(rep, Event{Step: StepRetrunc, Reason: "aged out: the saving over the calls to come covers the cache miss", Before: before, After: s.plan().Input, Messages: len(picked), ExpectedSaving: expected})
 	return nil
 }
 

@@ -33,6 +33,16 @@ func Presets() []string {
 // caller; the token Counter is part of the preset where the seed system estimates tokens its
 // own way (nil means ctxmgr's exact default).
 func Preset(name string, window, maxOutput int) (Config, error) {
+	c, err := preset(name, window, maxOutput)
+	if err == nil && name != PresetDefault {
+		// Superseding and the wider cap for requested reads are ctxmgr's own; the seed
+		// presets and masking keep the behaviour of the systems they reproduce.
+		c.SupersedeOff, c.RequestedReadCap = true, -1
+	}
+	return c, err
+}
+
+func preset(name string, window, maxOutput int) (Config, error) {
 	w := budget.Window{Window: window, MaxOutput: maxOutput}
 	switch name {
 	case PresetDefault:

@@ -633,6 +633,10 @@ func (r *runner) manager(strategy string, t *Trajectory) (*ctxmgr.Manager, *ctxm
 		cfg.Counter = r.opts.Counter
 		cfg.Budget.SafetyMargin = budget.ZeroRatio
 	}
+	if prof, err := ProfileByName(r.opts.Profile); err == nil && cfg.Prices == (ctxmgr.Prices{}) {
+		// Rewrites are decided under the prices the replay bills (--profile).
+		cfg.Prices = ctxmgr.Prices{Uncached: prof.Uncached, Cached: prof.Cached}
+	}
 	st := store.NewMemory()
 	cfg.Store = st
 	cfg.Logger = slog.New(slog.DiscardHandler)

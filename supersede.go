@@ -1,0 +1,158 @@
+package ctxmgr
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"slices"
+
+	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/store"
+)
+
+// Superseding: when a later tool result shows again what an earlier one showed (the same file
+// or a range of it read again, the same command run again: a test re-run, git diff, ls; the
+// same search; an identical result of any other tool), the earlier copy is replaced by a
+// short reference to the later one. The agent can still see everything the earlier copy
+// showed, in its newer form, so this costs no recall; the earlier text stays in the store
+// under the reference. A rewrite of history already sent is a prompt-cache miss for what
+// follows it, so superseded results are replaced in batches, when the batch pays under the
+// cost model (Prices.Expected).
+
+// supState is what superseding knows of a session, built incrementally from its entries.
+type supState struct {
+	scanned int                   // entries[:scanned] are classified
+	calls   map[string]toolAction // actions of calls whose results have not come yet
+	actions map[int]toolAction    // tool result position -> what it shows
+	byKey   map[string][]int      // key -> positions of results no later one covers yet
+	by      map[int]int           // position -> the later position that shows it again
+}
+
+// scan classifies the entries appended since the last scan and records which earlier
+// results they supersede.
+func (st *supState) scan(s *Session) {
+	if st.calls == nil {
+		st.calls, st.actions, st.byKey, st.by = map[string]toolAction{}, map[int]toolAction{}, map[string][]int{}, map[int]int{}
+	}
+	extra := s.m.cfg.ReadTools
+	for i := st.scanned; i < len(s.entries); i++ {
+		m := &s.entries[i].orig
+		for _, tc := range m.ToolCalls {
+			st.calls[tc.ID] = classify(tc, extra)
+		}
+		if m.Role != chat.RoleTool {
+			continue
+		}
+		a, ok := st.calls[m.ToolCallID]
+		if !ok {
+			continue
+		}
+		delete(st.calls, m.ToolCallID)
+		if a.kind == actOther {
+			// Another tool's result is superseded only by the very same result again.
+			h := fnv.New64a()
+			h.Write([]byte(fullText(m)))
+			a.key = fmt.Sprintf("%s#%x", a.key, h.Sum64())
+		}
+		st.actions[i] = a
+		kept := st.byKey[a.key][:0]
+		for _, j := range st.byKey[a.key] {
+			if st.actions[j].coveredBy(a) {
+				st.by[j] = i
+			} else {
+				kept = append(kept, j)
+			}
+		}
+		st.byKey[a.key] = append(kept, i)
+	}
+	st.scanned = len(s.entries)
+}
+
+// supersede replaces superseded tool results by references to the results that show them
+// again, in the batch that pays best under Config.Prices (none when none pays).
+func (s *Session) supersede(ctx context.Context, rep *Report) error {
+	cfg := &s.m.cfg
+	if cfg.SupersedeOff {
+		return nil
+	}
+	s.sup.scan(s)
+	if len(s.sup.by) == 0 {
+		return nil
+	}
+	var cands []rewriteCandidate
+	for j, later := range s.sup.by {
+		if j < s.start || j == s.pinned {
+			delete(s.sup.by, j) // evicted: summarized and archived already
+			continue
+		}
+		e, le := &s.entries[j], &s.entries[later]
+		if e.exempt || e.kind == viewSuperseded || e.kind == viewMasked || e.kind == viewTruncated {
+			delete(s.sup.by, j)
+			continue
+		}
+		if le.kind != viewOriginal {
+			continue // the later copy is not shown whole: the earlier one stays
+		}
+		const refTokens = 70 // the reference line
+		if save := e.tokens - refTokens; save > 0 {
+			cands = append(cands, rewriteCandidate{pos: j, save: save})
+		}
+	}
+	if len(cands) == 0 {
+		return nil
+	}
+	slices.SortFunc(cands, func(a, b rewriteCandidate) int { return a.pos - b.pos })
+	// tail[k] is the tokens sent from position cands[k].pos on.
+	tails := make(map[int]int, len(cands))
+	sum, k := 0, len(cands)-1
+	for i := len(s.entries) - 1; i >= s.start && k >= 0; i-- {
+		sum += s.entries[i].tokens
+		if i == cands[k].pos {
+			tails[i] = sum
+			k--
+		}
+	}
+	from, expected := cfg.Prices.bestBatch(cands, func(pos int) int { return tails[pos] }, s.assistants)
+	if from == len(cands) {
+		return nil
+	}
+	before := s.plan().Input
+	for _, c := range cands[from:] {
+		j := c.pos
+		e := &s.entries[j]
+		off, err := s.offload(ctx, j, e)
+		if err != nil {
+			return err
+		}
+		e.off = &off
+		later := s.sup.by[j]
+		s.setView(j, supersededView(&e.orig, off, e.tokens, s.sup.actions[j], later, s.entries[later].orig.ToolCallID), viewSuperseded)
+		delete(s.sup.by, j)
+	}
+	s.note(rep, Event{Step: StepSupersede, Reason: "later tool results show these again; the batch's saving over the calls to come covers the cache miss",
+		Before: before, After: s.plan().Input, Messages: len(cands) - from, ExpectedSaving: expected})
+	return nil
+}
+
+// supersededView replaces a tool result by a reference to the later result that shows it
+// again, and to its own full text in the store.
+func supersededView(orig *chat.Message, off store.Offloaded, tokens int, a toolAction, later int, laterCall string) chat.Message {
+	what := "the same result"
+	switch a.kind {
+	case actRead:
+		what = "a later read of " + a.key
+		if a.ranged() {
+			what = fmt.Sprintf("a later read of %s covering these lines", a.key)
+		}
+	case actCommand:
+		what = "the same command run again"
+	case actSearch:
+		what = "the same search run again"
+	}
+	errNote := ""
+	if orig.IsError {
+		errNote = " (it reported an error)"
+	}
+	return withText(orig, fmt.Sprintf("[ctxmgr: superseded by the result of call %s at message %d: %s shows this again, in its newer form. This earlier result%s (%d tokens, %d lines) is stored in full: %s]",
+		laterCall, later, what, errNote, tokens, off.Lines, off.Location))
+}
