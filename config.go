@@ -46,10 +46,12 @@ type Config struct {
 	MaskProtectTokens int
 	MaskMinSaving     int
 	// AgeOut re-truncates a tool result to OldToolResultCap on any call once it is older than
-	// the RecentToolResults newest, but only where that pays for itself: when what it saves on
-	// the calls to come (estimated as many as were made so far) outweighs the prompt-cache miss
-	// it causes for the tokens after it. Results age out while they are still near the end of
-	// the request, so the miss is small and every later call is cheaper.
+	// the RecentToolResults newest, but only where that pays for itself under the cost model
+	// (Prices.Expected): aged results are cut in batches, together with superseded ones, and a
+	// batch is made when what it saves on the calls to come (estimated as a third of the calls
+	// made so far) outweighs the prompt-cache miss it causes for the tokens after its first
+	// change point. Results then mostly age out while still near the end of the request, where
+	// the miss is small.
 	AgeOut bool
 	// RollingRewrite applies masking and the older cap on every call, not only over the
 	// threshold: the published "observation masking" baseline. Every rewrite is a prompt-cache

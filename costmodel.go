@@ -74,6 +74,7 @@ func (p Prices) Pays(saved, after, calls int) bool {
 // tokens it would save.
 type rewriteCandidate struct {
 	pos, save int
+	kind      viewKind // the view it would get
 }
 
 // bestBatch picks, among candidates sorted by ascending position, the batch that pays best:

@@ -80,13 +80,8 @@ func (s *Session) prepare(ctx context.Context, force bool) (Prepared, error) {
 			return Prepared{}, err
 		}
 	}
-	if err := s.supersede(ctx, rep); err != nil {
+	if err := s.economize(ctx, rep); err != nil {
 		return Prepared{}, err
-	}
-	if cfg.AgeOut && cfg.OldToolResultCap > 0 {
-		if err := s.ageOut(ctx, rep); err != nil {
-			return Prepared{}, err
-		}
 	}
 	if force || s.overTrigger() {
 		if !cfg.RollingRewrite {
@@ -381,49 +376,6 @@ func (s *Session) rewrite(ctx context.Context, force bool, reason string, rep *R
 	} else {
 		s.note(rep, Event{Step: StepRetrunc, Reason: reason, Before: before, After: after, Messages: cut})
 	}
-	return nil
-}
-
-// ageOut re-truncates aged tool results where the saving covers the cache miss (see
-// Config.AgeOut), as the cost model decides (Prices.Expected): each result on its own, with
-// the tokens after it, its new view included, as the miss.
-func (s *Session) ageOut(ctx context.Context, rep *Report) error {
-	cfg := &s.m.cfg
-	var picked []int
-	expected := 0.0
-	rank, after := 0, 0
-	k := len(s.results) - 1
-	for i := len(s.entries) - 1; i >= s.start; i-- {
-		e := &s.entries[i]
-		if k >= 0 && s.results[k] == i {
-			k--
-			r := rank
-			rank++
-			if r >= cfg.RecentToolResults && !e.exempt && (e.kind == viewOriginal || e.kind == viewOffloaded) && e.size > cfg.OldToolResultCap {
-				keep := e.tokens * cfg.OldToolResultCap / max(1, textBytes(&e.view))
-				save := e.tokens - keep
-				if v := cfg.Prices.Expected(save, after+keep, s.assistants); save > 0 && v >= 0 {
-					picked = append(picked, i)
-					expected += v
-				}
-			}
-		}
-		after += e.tokens
-	}
-	if len(picked) == 0 {
-		return nil
-	}
-	before := s.plan().Input
-	for _, i := range picked {
-		e := &s.entries[i]
-		off, err := s.offload(ctx, i, e)
-		if err != nil {
-			return err
-		}
-		e.off = &off
-		s.setView(i, snippetView(&e.orig, off, cfg.OldToolResultCap), viewRetruncated)
-	}
-	s.note(rep, Event{Step: StepRetrunc, Reason: "aged out: the saving over the calls to come covers the cache miss", Before: before, After: s.plan().Input, Messages: len(picked), ExpectedSaving: expected})
 	return nil
 }
 

@@ -68,17 +68,58 @@ func (st *supState) scan(s *Session) {
 	st.scanned = len(s.entries)
 }
 
-// supersede replaces superseded tool results by references to the results that show them
-// again, in the batch that pays best under Config.Prices (none when none pays).
-func (s *Session) supersede(ctx context.Context, rep *Report) error {
+// economize makes the rewrites of old tool results that pay, as one batch: superseded
+// results become references to the results that show them again, and, with Config.AgeOut,
+// results older than the RecentToolResults newest are cut to OldToolResultCap. Of every batch
+// that could be made (all candidates from some position on: they share one cache miss), it
+// makes the one the cost model (Config.Prices) expects to save most, or none when none pays.
+func (s *Session) economize(ctx context.Context, rep *Report) error {
 	cfg := &s.m.cfg
-	if cfg.SupersedeOff {
+	var cands []rewriteCandidate
+	if !cfg.SupersedeOff {
+		cands = s.supersedeCandidates()
+	}
+	if cfg.AgeOut && cfg.OldToolResultCap > 0 {
+		cands = s.ageCandidates(cands)
+	}
+	if len(cands) == 0 {
 		return nil
 	}
+	return s.applyBatch(ctx, cands, rep)
+}
+
+// ageCandidates adds to cands (superseding candidates, which take precedence) the tool results
+// older than the RecentToolResults newest whose view is larger than OldToolResultCap.
+func (s *Session) ageCandidates(cands []rewriteCandidate) []rewriteCandidate {
+	cfg := &s.m.cfg
+	taken := make(map[int]bool, len(cands))
+	for _, c := range cands {
+		taken[c.pos] = true
+	}
+	rank := 0
+	for k := len(s.results) - 1; k >= 0; k-- {
+		i := s.results[k]
+		if i < s.start {
+			break
+		}
+		r := rank
+		rank++
+		e := &s.entries[i]
+		if r < cfg.RecentToolResults || taken[i] || e.exempt || i == s.pinned || e.size <= cfg.OldToolResultCap ||
+			(e.kind != viewOriginal && e.kind != viewOffloaded) {
+			continue
+		}
+		keep := e.tokens * cfg.OldToolResultCap / max(1, textBytes(&e.view))
+		if save := e.tokens - keep; save > 0 {
+			cands = append(cands, rewriteCandidate{pos: i, save: save, kind: viewRetruncated})
+		}
+	}
+	return cands
+}
+
+// supersedeCandidates returns the tool results a later one shows again, whole.
+func (s *Session) supersedeCandidates() []rewriteCandidate {
 	s.sup.scan(s)
-	if len(s.sup.by) == 0 {
-		return nil
-	}
 	var cands []rewriteCandidate
 	for j, later := range s.sup.by {
 		if j < s.start || j == s.pinned {
@@ -95,12 +136,15 @@ func (s *Session) supersede(ctx context.Context, rep *Report) error {
 		}
 		const refTokens = 70 // the reference line
 		if save := e.tokens - refTokens; save > 0 {
-			cands = append(cands, rewriteCandidate{pos: j, save: save})
+			cands = append(cands, rewriteCandidate{pos: j, save: save, kind: viewSuperseded})
 		}
 	}
-	if len(cands) == 0 {
-		return nil
-	}
+	return cands
+}
+
+// applyBatch makes the batch of cands that pays best, if one does.
+func (s *Session) applyBatch(ctx context.Context, cands []rewriteCandidate, rep *Report) error {
+	cfg := &s.m.cfg
 	slices.SortFunc(cands, func(a, b rewriteCandidate) int { return a.pos - b.pos })
 	// tail[k] is the tokens sent from position cands[k].pos on.
 	tails := make(map[int]int, len(cands))
@@ -117,6 +161,8 @@ func (s *Session) supersede(ctx context.Context, rep *Report) error {
 		return nil
 	}
 	before := s.plan().Input
+	var n [2]int
+	var saved [2]int
 	for _, c := range cands[from:] {
 		j := c.pos
 		e := &s.entries[j]
@@ -125,12 +171,29 @@ func (s *Session) supersede(ctx context.Context, rep *Report) error {
 			return err
 		}
 		e.off = &off
-		later := s.sup.by[j]
-		s.setView(j, supersededView(&e.orig, off, e.tokens, s.sup.actions[j], later, s.entries[later].orig.ToolCallID), viewSuperseded)
-		delete(s.sup.by, j)
+		if c.kind == viewSuperseded {
+			later := s.sup.by[j]
+			s.setView(j, supersededView(&e.orig, off, e.tokens, s.sup.actions[j], later, s.entries[later].orig.ToolCallID), viewSuperseded)
+			delete(s.sup.by, j)
+			n[0]++
+			saved[0] += c.save
+		} else {
+			s.setView(j, snippetView(&e.orig, off, cfg.OldToolResultCap), viewRetruncated)
+			n[1]++
+			saved[1] += c.save
+		}
 	}
-	s.note(rep, Event{Step: StepSupersede, Reason: "later tool results show these again; the batch's saving over the calls to come covers the cache miss",
-		Before: before, After: s.plan().Input, Messages: len(cands) - from, ExpectedSaving: expected})
+	// One event per kind of rewrite; the batch's expected saving is shared by tokens saved.
+	after := s.plan().Input
+	total := float64(max(1, saved[0]+saved[1]))
+	if n[0] > 0 {
+		s.note(rep, Event{Step: StepSupersede, Reason: "later tool results show these again; the batch's saving over the calls to come covers the cache miss",
+			Before: before, After: before - saved[0]*(before-after)/max(1, saved[0]+saved[1]), Messages: n[0], ExpectedSaving: expected * float64(saved[0]) / total})
+	}
+	if n[1] > 0 {
+		s.note(rep, Event{Step: StepRetrunc, Reason: "aged out: the batch's saving over the calls to come covers the cache miss",
+			Before: before - saved[0]*(before-after)/max(1, saved[0]+saved[1]), After: after, Messages: n[1], ExpectedSaving: expected * float64(saved[1]) / total})
+	}
 	return nil
 }
 
