@@ -74,7 +74,8 @@ type Config struct {
 	ReadTools []ReadTool
 	// RequestedReadCap is the ingestion cap in bytes for results the agent requested as file
 	// reads (see ReadTools); they age out by the cost model like the others. Default: four
-	// times ToolResultCap, at most twice the window in bytes; -1: the ordinary cap.
+	// times ToolResultCap, at most the window in bytes (a quarter of it in tokens); -1: the
+	// ordinary cap.
 	RequestedReadCap int
 
 	// Summarizer summarizes evicted turns. Default: the extractive summarizer.
@@ -161,7 +162,7 @@ func (c Config) WithDefaults() Config {
 		c.Prices = PricesAnthropic
 	}
 	if c.RequestedReadCap == 0 && c.ToolResultCap > 0 {
-		c.RequestedReadCap = min(4*c.ToolResultCap, 2*c.Budget.Window)
+		c.RequestedReadCap = min(4*c.ToolResultCap, c.Budget.Window)
 	}
 	if c.MaskKeep == 0 {
 		c.MaskKeep = 10

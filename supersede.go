@@ -26,6 +26,7 @@ type supState struct {
 	actions map[int]toolAction    // tool result position -> what it shows
 	byKey   map[string][]int      // key -> positions of results no later one covers yet
 	by      map[int]int           // position -> the later position that shows it again
+	terms   map[string]bool       // identifiers in play (inplay.go)
 }
 
 // scan classifies the entries appended since the last scan and records which earlier
@@ -39,6 +40,14 @@ func (st *supState) scan(s *Session) {
 		m := &s.entries[i].orig
 		for _, tc := range m.ToolCalls {
 			st.calls[tc.ID] = classify(tc, extra)
+			st.addTerms(tc.Arguments)
+		}
+		if m.Role == chat.RoleUser || m.Role == chat.RoleAssistant {
+			for _, p := range m.Content {
+				if p.Type == chat.PartText {
+					st.addTerms(p.Text)
+				}
+			}
 		}
 		if m.Role != chat.RoleTool {
 			continue
@@ -75,6 +84,7 @@ func (st *supState) scan(s *Session) {
 // makes the one the cost model (Config.Prices) expects to save most, or none when none pays.
 func (s *Session) economize(ctx context.Context, rep *Report) error {
 	cfg := &s.m.cfg
+	s.sup.scan(s)
 	var cands []rewriteCandidate
 	if !cfg.SupersedeOff {
 		cands = s.supersedeCandidates()
@@ -178,7 +188,7 @@ func (s *Session) applyBatch(ctx context.Context, cands []rewriteCandidate, rep 
 			n[0]++
 			saved[0] += c.save
 		} else {
-			s.setView(j, snippetView(&e.orig, off, cfg.OldToolResultCap), viewRetruncated)
+			s.setView(j, snippetViewKeeping(&e.orig, off, cfg.OldToolResultCap, s.sup.inPlay), viewRetruncated)
 			n[1]++
 			saved[1] += c.save
 		}
