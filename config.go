@@ -53,6 +53,11 @@ type Config struct {
 	// change point. Results then mostly age out while still near the end of the request, where
 	// the miss is small.
 	AgeOut bool
+	// CostMaskKeep, when > 0, masks tool results older than the CostMaskKeep newest whenever
+	// the cost model says it pays (batched with superseding and age-out; see AgeOut), not only
+	// over the threshold. It is the main knob of the default preset between cost and recall:
+	// smaller masks sooner. Default 0 (off); it needs AgeOut.
+	CostMaskKeep int
 	// RollingRewrite applies masking and the older cap on every call, not only over the
 	// threshold: the published "observation masking" baseline. Every rewrite is a prompt-cache
 	// miss for what follows it, so the default is off.
@@ -202,6 +207,8 @@ func (c Config) Validate() error {
 		}
 	}
 	switch {
+	case c.CostMaskKeep < 0:
+		return configErr("CostMaskKeep", "%d < 0", c.CostMaskKeep)
 	case c.RequestedReadCap < -1:
 		return configErr("RequestedReadCap", "%d < -1", c.RequestedReadCap)
 	case c.ToolResultCap < -1:

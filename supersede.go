@@ -78,8 +78,9 @@ func (st *supState) scan(s *Session) {
 }
 
 // economize makes the rewrites of old tool results that pay, as one batch: superseded
-// results become references to the results that show them again, and, with Config.AgeOut,
-// results older than the RecentToolResults newest are cut to OldToolResultCap. Of every batch
+// results become references to the results that show them again, with Config.AgeOut results
+// older than the RecentToolResults newest are cut to OldToolResultCap, and with
+// Config.CostMaskKeep results older than that many newest are masked. Of every batch
 // that could be made (all candidates from some position on: they share one cache miss), it
 // makes the one the cost model (Config.Prices) expects to save most, or none when none pays.
 func (s *Session) economize(ctx context.Context, rep *Report) error {
@@ -115,8 +116,17 @@ func (s *Session) ageCandidates(cands []rewriteCandidate) []rewriteCandidate {
 		r := rank
 		rank++
 		e := &s.entries[i]
-		if r < cfg.RecentToolResults || taken[i] || e.exempt || i == s.pinned || e.size <= cfg.OldToolResultCap ||
-			(e.kind != viewOriginal && e.kind != viewOffloaded) {
+		if taken[i] || e.exempt || i == s.pinned {
+			continue
+		}
+		if cfg.CostMaskKeep > 0 && r >= cfg.CostMaskKeep && (e.kind == viewOriginal || e.kind == viewOffloaded || e.kind == viewRetruncated) {
+			const stubTokens = 60
+			if save := e.tokens - stubTokens; save >= stubTokens {
+				cands = append(cands, rewriteCandidate{pos: i, save: save, kind: viewMasked})
+			}
+			continue
+		}
+		if r < cfg.RecentToolResults || e.size <= cfg.OldToolResultCap || (e.kind != viewOriginal && e.kind != viewOffloaded) {
 			continue
 		}
 		keep := e.tokens * cfg.OldToolResultCap / max(1, textBytes(&e.view))
@@ -181,7 +191,11 @@ func (s *Session) applyBatch(ctx context.Context, cands []rewriteCandidate, rep 
 			return err
 		}
 		e.off = &off
-		if c.kind == viewSuperseded {
+		if c.kind == viewMasked {
+			s.setView(j, stubView(&e.orig, off, e.tokens), viewMasked)
+			n[1]++
+			saved[1] += c.save
+		} else if c.kind == viewSuperseded {
 			later := s.sup.by[j]
 			s.setView(j, supersededView(&e.orig, off, e.tokens, s.sup.actions[j], later, s.entries[later].orig.ToolCallID), viewSuperseded)
 			delete(s.sup.by, j)
