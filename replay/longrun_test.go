@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -103,5 +104,30 @@ func TestWriteLongRuns(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+	}
+}
+
+// Recoverable recall counts what a strategy dropped from the request but left readable
+// through a reference: never below recall, and every missed term of default on a
+// read-and-quote run is in reach (nothing is lost), at a read-back cost.
+func TestRecoverableRecall(t *testing.T) {
+	trs, err := LongRuns(LongRunQuote, "quote-tuning", LongRunTuningSeeds()[1:2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(context.Background(), trs, Options{Window: 16384, MaxOutput: 2048, Strategies: []string{StrategyRaw, "default"}, Counter: measuring(t), Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, def := res.Strategies[0], res.Strategies[1]
+	if raw.RecoverableRecall != 1 || raw.ReadBackTokens != 0 {
+		t.Fatalf("raw: recoverable %v, read back %d", raw.RecoverableRecall, raw.ReadBackTokens)
+	}
+	t.Logf("default at 16K: recall %.4f, recoverable %.4f, read back %d tokens, cost %.3f -> %.3f", def.Recall, def.RecoverableRecall, def.ReadBackTokens, def.Cost, def.CostWithReadBack)
+	if def.Recall >= 1 {
+		t.Fatal("default recalls everything at 16K: the test proves nothing")
+	}
+	if def.RecoverableRecall < def.Recall || def.RecoverableRecall < 0.99 || def.ReadBackTokens <= 0 || def.CostWithReadBack <= def.Cost {
+		t.Fatalf("default: recall %.4f, recoverable %.4f, read back %d", def.Recall, def.RecoverableRecall, def.ReadBackTokens)
 	}
 }

@@ -56,6 +56,13 @@ func (r *Result) WriteText(w io.Writer) error {
 		}
 		tw.Flush()
 	}
+	fmt.Fprintf(ew, "\nrecoverable recall (recalled, or readable through a reference the request shows) and cost with one read-back per term's message\n")
+	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "strategy\trecall\trecoverable\tread back\tcost+read back\t")
+	for _, t := range r.Strategies {
+		fmt.Fprintf(tw, "%s\t%.4f\t%.4f\t%d\t%.3f\t\n", t.Name, t.Recall, t.RecoverableRecall, t.ReadBackTokens, t.CostWithReadBack)
+	}
+	tw.Flush()
 	var notes []string
 	for _, t := range r.Strategies {
 		if len(t.Errors) > 0 {
