@@ -81,7 +81,8 @@ type Options struct {
 	// Window and MaxOutput are the model's context window and reply reserve in tokens.
 	// Defaults 200000 and 32000.
 	Window, MaxOutput int
-	// Strategies to replay, by name (see Strategies). Default: all.
+	// Strategies to replay, by name (see Strategies; also sweep strategies, SweepStrategy).
+	// Default: all.
 	Strategies []string
 	// Profile names the price profile (see ProfileByName). Default "anthropic".
 	Profile string
@@ -113,7 +114,7 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	seen := map[string]bool{}
 	for _, s := range o.Strategies {
-		if s != StrategyRaw && !ctxmgr.IsPreset(s) {
+		if !knownStrategy(s) {
 			return o, fmt.Errorf("replay: unknown strategy %q (known: %s)", s, strings.Join(Strategies(), ", "))
 		}
 		if seen[s] {
@@ -639,7 +640,7 @@ func errorKind(err error) string {
 // manager builds a fresh Manager for the strategy with a memory store, a discarding logger
 // and the replay's summarizer, and opens the trajectory's session.
 func (r *runner) manager(strategy string, t *Trajectory) (*ctxmgr.Manager, *ctxmgr.Session, *store.Memory, error) {
-	cfg, err := ctxmgr.Preset(strategy, r.opts.Window, r.opts.MaxOutput)
+	cfg, err := strategyConfig(strategy, r.opts.Window, r.opts.MaxOutput)
 	if err != nil {
 		return nil, nil, nil, err
 	}
