@@ -67,10 +67,12 @@ type Config struct {
 	// of history already sent is a prompt-cache miss for what follows it, and is made only
 	// when the saving over the calls to come covers it. Default PricesAnthropic.
 	Prices Prices
-	// SupersedeOff turns off superseding: by default an older tool result that a later one
-	// shows again (the same file or range viewed again, the same command re-run) is replaced
-	// by a reference to the later one, in batches, when that pays (Prices).
-	SupersedeOff bool
+	// Supersede replaces an older tool result that a later one shows again (the same file or
+	// range read again, the same command re-run, the same search, an identical result) by a
+	// reference to the later one, in batches, when that pays under the cost model (Prices).
+	// It loses nothing the agent can still see; the earlier text stays in the store. Default
+	// off (the default preset turns it on).
+	Supersede bool
 	// ReadTools declares tools that read files, beside the ones ctxmgr recognises (Claude
 	// Code's Read, read_file, view, str_replace_based_edit_tool's view, cat/sed -n/head/tail
 	// through a shell tool): their results are what the agent asked for, so they are not

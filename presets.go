@@ -35,9 +35,9 @@ func Presets() []string {
 func Preset(name string, window, maxOutput int) (Config, error) {
 	c, err := preset(name, window, maxOutput)
 	if err == nil && name != PresetDefault {
-		// Superseding and the wider cap for requested reads are ctxmgr's own; the seed
-		// presets and masking keep the behaviour of the systems they reproduce.
-		c.SupersedeOff, c.RequestedReadCap = true, -1
+		// The wider cap for requested reads is ctxmgr's own; the seed presets and masking
+		// keep the behaviour of the systems they reproduce.
+		c.RequestedReadCap = -1
 	}
 	return c, err
 }
@@ -61,7 +61,7 @@ func preset(name string, window, maxOutput int) (Config, error) {
 		// The summary may use 6% of the window (at least 1000 tokens): it is what remains
 		// of everything evicted, so it is worth more than its share of a call.
 		w.Threshold, w.Reserve = 0.85, 0.20
-		return Config{Budget: w, ToolResultCap: 10000, MaskKeep: 10, AgeOut: true, OldToolResultCap: 3000, RecentToolResults: 2, CostMaskKeep: 30,
+		return Config{Budget: w, ToolResultCap: 10000, MaskKeep: 10, AgeOut: true, OldToolResultCap: 3000, RecentToolResults: 2, CostMaskKeep: 30, Supersede: true,
 			SummaryTokens: max(min(1000, window/4), window*6/100)}, nil
 	case PresetMasking:
 		// Lindenbauer et al. 2025: keep the last 10 tool outputs, mask older ones, on every

@@ -87,7 +87,7 @@ func (s *Session) economize(ctx context.Context, rep *Report) error {
 	cfg := &s.m.cfg
 	s.sup.scan(s)
 	var cands []rewriteCandidate
-	if !cfg.SupersedeOff {
+	if cfg.Supersede {
 		cands = s.supersedeCandidates()
 	}
 	if cfg.AgeOut && cfg.OldToolResultCap > 0 {

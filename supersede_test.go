@@ -26,7 +26,7 @@ func TestSupersedeRereadFile(t *testing.T) {
 	ctx := context.Background()
 	st := store.NewMemory()
 	var events []Event
-	cfg := Config{Store: st, ToolResultCap: 10000, OnEvent: func(e Event) { events = append(events, e) }}
+	cfg := Config{Store: st, ToolResultCap: 10000, Supersede: true, OnEvent: func(e Event) { events = append(events, e) }}
 	m, s := testManager(t, cfg)
 	file := lines(400, "def handler_fn") // ~8 KB
 	appendAll(t, s, chat.TextMessage(chat.RoleUser, "fix it"), readCall("r0", "/repo/a.py", 0, 0), chat.ToolResult("r0", "Read", file, false))
@@ -64,7 +64,7 @@ func TestSupersedeRereadFile(t *testing.T) {
 	if err != nil || full != file {
 		t.Fatalf("earlier read not in the store: %v", err)
 	}
-	m2, err := New(Config{Store: st, ToolResultCap: 10000, Logger: discardLogger()})
+	m2, err := New(Config{Store: st, ToolResultCap: 10000, Supersede: true, Logger: discardLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestSupersedeRereadFile(t *testing.T) {
 // A narrower later read does not supersede a wider earlier one; a wider one does.
 func TestSupersedeRanges(t *testing.T) {
 	ctx := context.Background()
-	m, s := testManager(t, Config{AgeOut: true, OldToolResultCap: 0, ToolResultCap: -1})
+	m, s := testManager(t, Config{Supersede: true, ToolResultCap: -1})
 	chunk := lines(300, "line of the spec")
 	appendAll(t, s, chat.TextMessage(chat.RoleUser, "quote it"),
 		readCall("a", "/d.md", 100, 300), chat.ToolResult("a", "Read", chunk, false),
