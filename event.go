@@ -35,9 +35,10 @@ type Event struct {
 	Freed  int `json:"freed"`
 	// Messages is how many messages the step touched.
 	Messages int `json:"messages"`
-	// ExpectedSaving is, for a rewrite of history already sent that the cost model decided
-	// (supersede, age-out, masking below the threshold), the net saving it expected, in tokens
-	// at the base input price (Prices.Expected); 0 for other steps.
+	// ExpectedSaving is, for a rewrite of history already sent (supersede, retruncate,
+	// mask), the net saving the cost model expected of it, in tokens at the base input price
+	// (Prices.Expected): positive for the rewrites it decided, possibly negative for those
+	// made under window pressure (over the threshold or the budget); 0 for other steps.
 	ExpectedSaving float64 `json:"expected_saving,omitempty"`
 }
 

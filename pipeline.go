@@ -371,10 +371,17 @@ func (s *Session) rewrite(ctx context.Context, force bool, reason string, rep *R
 		}
 	}
 	after := s.plan().Input
+	// Made under window pressure, not because it pays; the event still records what the cost
+	// model expects of it (often negative: the price of staying in the window).
+	tail := 0
+	for i := cands[0].i; i < len(s.entries); i++ {
+		tail += s.entries[i].tokens
+	}
+	expected := cfg.Prices.Expected(before-after, tail, s.assistants)
 	if masked > 0 {
-		s.note(rep, Event{Step: StepMask, Reason: reason, Before: before, After: after, Messages: masked + cut})
+		s.note(rep, Event{Step: StepMask, Reason: reason, Before: before, After: after, Messages: masked + cut, ExpectedSaving: expected})
 	} else {
-		s.note(rep, Event{Step: StepRetrunc, Reason: reason, Before: before, After: after, Messages: cut})
+		s.note(rep, Event{Step: StepRetrunc, Reason: reason, Before: before, After: after, Messages: cut, ExpectedSaving: expected})
 	}
 	return nil
 }
