@@ -56,12 +56,12 @@ func preset(name string, window, maxOutput int) (Config, error) {
 		// become references to it (no recall lost), results older than the 2 newest are cut
 		// to 3,000 bytes keeping the lines that hold identifiers in play, results older than
 		// the 30 newest are masked. Over the threshold (85%) compaction runs in large
-		// batches: masking beyond the 5 newest when it frees 5% of the window, summaries
+		// batches: masking beyond the 10 newest when it frees 5% of the window, summaries
 		// down to a 20% reserve, cut between tool iterations when one turn is the whole run.
 		// The summary may use 6% of the window (at least 1000 tokens): it is what remains
 		// of everything evicted, so it is worth more than its share of a call.
 		w.Threshold, w.Reserve = 0.85, 0.20
-		return Config{Budget: w, ToolResultCap: 10000, MaskKeep: 5, AgeOut: true, OldToolResultCap: 3000, RecentToolResults: 2, CostMaskKeep: 30, Supersede: true,
+		return Config{Budget: w, ToolResultCap: 10000, MaskKeep: 10, AgeOut: true, OldToolResultCap: 3000, RecentToolResults: 2, CostMaskKeep: 30, Supersede: true,
 			SummaryTokens: max(min(1000, window/4), window*6/100)}, nil
 	case PresetMasking:
 		// Lindenbauer et al. 2025: keep the last 10 tool outputs, mask older ones, on every
