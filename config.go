@@ -58,6 +58,11 @@ type Config struct {
 	// over the threshold. It is the main knob of the default preset between cost and recall:
 	// smaller masks sooner. Default 0 (off); it needs AgeOut.
 	CostMaskKeep int
+	// MaskBeforeSummary, when the request is still over the compaction trigger after the
+	// threshold rewrite, masks every tool result but the RecentToolResults newest before
+	// summarizing, so that the conversation's own messages stay verbatim (the summary runs
+	// only if that is not enough). Default off (the default preset turns it on).
+	MaskBeforeSummary bool
 	// RollingRewrite applies masking and the older cap on every call, not only over the
 	// threshold: the published "observation masking" baseline. Every rewrite is a prompt-cache
 	// miss for what follows it, so the default is off.

@@ -89,6 +89,11 @@ func (s *Session) prepare(ctx context.Context, force bool) (Prepared, error) {
 				return Prepared{}, err
 			}
 		}
+		if cfg.MaskBeforeSummary && s.overTrigger() {
+			if err := s.maskBeforeSummary(ctx, rep); err != nil {
+				return Prepared{}, err
+			}
+		}
 		if (force || s.overTrigger()) && !cfg.DisableSummary {
 			if err := s.summarize(ctx, s.keepCut, "", "over the compaction threshold", rep); err != nil {
 				return Prepared{}, err

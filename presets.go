@@ -61,7 +61,7 @@ func preset(name string, window, maxOutput int) (Config, error) {
 		// The summary may use 6% of the window (at least 1000 tokens): it is what remains
 		// of everything evicted, so it is worth more than its share of a call.
 		w.Threshold, w.Reserve = 0.85, 0.20
-		return Config{Budget: w, ToolResultCap: 10000, MaskKeep: 10, AgeOut: true, OldToolResultCap: 3000, RecentToolResults: 2, CostMaskKeep: 30, Supersede: true,
+		return Config{Budget: w, ToolResultCap: 10000, MaskKeep: 10, AgeOut: true, OldToolResultCap: 3000, RecentToolResults: 2, CostMaskKeep: 30, Supersede: true, MaskBeforeSummary: true,
 			SummaryTokens: max(min(1000, window/4), window*6/100)}, nil
 	case PresetMasking:
 		// Lindenbauer et al. 2025: keep the last 10 tool outputs, mask older ones, on every
