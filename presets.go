@@ -56,8 +56,10 @@ func preset(name string, window, maxOutput int) (Config, error) {
 		// become references to it (no recall lost), results older than the 2 newest are cut
 		// to 3,000 bytes keeping the lines that hold identifiers in play, results older than
 		// the 30 newest are masked. Over the threshold (85%) compaction runs in large
-		// batches: masking beyond the 10 newest when it frees 5% of the window, summaries
-		// down to a 20% reserve, cut between tool iterations when one turn is the whole run.
+		// batches: masking beyond the 10 newest when it frees 5% of the window, then, if
+		// still over, masking all but the 2 newest (the conversation's own messages stay
+		// verbatim), and only then summaries down to a 20% reserve, cut between tool
+		// iterations when one turn is the whole run.
 		// The summary may use 6% of the window (at least 1000 tokens): it is what remains
 		// of everything evicted, so it is worth more than its share of a call.
 		w.Threshold, w.Reserve = 0.85, 0.20
