@@ -82,7 +82,8 @@ type Stats struct {
 	Input     int            `json:"input"`
 	Window    int            `json:"window"`
 	MaxOutput int            `json:"max_output"`
-	// UsePercent is (input + max output) / window * 100.
+	// UsePercent is input / window * 100: what the next request uses of the window (the
+	// MaxOutput reserved for the reply is not used yet, so it does not count).
 	UsePercent     float64 `json:"use_percent"`
 	SummaryVersion int     `json:"summary_version"`
 	// Archives says where evicted messages are; Offloads where offloaded results are.
@@ -97,7 +98,7 @@ func (m *Manager) Stats(s *Session) Stats {
 	p := s.plan()
 	st := Stats{Session: s.id, Messages: map[chat.Role]int{}, Total: len(s.entries), Evicted: s.start,
 		Regions: s.regions(), Input: p.Input, Window: p.Window, MaxOutput: p.MaxOutput}
-	st.UsePercent = float64(p.Input+p.MaxOutput) * 100 / float64(max(1, p.Window))
+	st.UsePercent = float64(p.Input) * 100 / float64(max(1, p.Window))
 	for i := s.start; i < len(s.entries); i++ {
 		e := &s.entries[i]
 		st.Messages[e.orig.Role]++
@@ -151,7 +152,7 @@ func (m *Manager) Clear(ctx context.Context, s *Session) error {
 		if err != nil {
 			return m.storeErr("archive", err)
 		}
-		s.archives = append(s.archives, archiveRange{From: r[0], To: r[1], Where: loc})
+		s.archives = mergeRanges(append(s.archives, archiveRange{From: r[0], To: r[1], Where: loc}))
 	}
 	v := 1
 	if s.summary != nil {

@@ -13,6 +13,7 @@ require (
 	github.com/prometheus/client_model v0.6.3
 	github.com/spf13/cobra v1.10.2
 	github.com/tiktoken-go/tokenizer v0.10.0
+	golang.org/x/net v0.60.0
 	modernc.org/sqlite v1.61.1
 )
 

@@ -603,7 +603,7 @@ func (j *job) run(ctx context.Context, m *Manager) {
 	if len(j.runs) > 0 {
 		first = j.runs[0].From
 	}
-	guide := archiveGuide(append(slices.Clone(j.ranges), j.runs...))
+	guide := archiveGuide(append(slices.Clone(j.ranges), j.runs...), guideBudget(j.target), m.cfg.Counter)
 	req := summarize.Request{
 		Previous: j.prev, Messages: j.evicted, First: first, Instruction: j.instruction,
 		TargetTokens: j.target, ArchiveGuide: guide,
@@ -625,6 +625,7 @@ func (j *job) run(ctx context.Context, m *Manager) {
 			return
 		}
 		fb.Fallback, fb.FallbackReason = true, err.Error()
+		fb.Summarizer = summarize.FallbackName(fb.Summarizer)
 		res = fb
 	}
 	j.res = res
@@ -653,7 +654,7 @@ func (s *Session) applyJob(ctx context.Context, j *job, reason string, rep *Repo
 		}
 		return false, s.m.storeErr("put summary", err)
 	}
-	s.archives = append(s.archives, j.runs...)
+	s.archives = mergeRanges(append(s.archives, j.runs...))
 	for _, r := range j.runs {
 		for i := r.From; i < r.To; i++ {
 			s.histTokens -= s.entries[i].tokens
@@ -681,16 +682,6 @@ func (s *Session) setSummary(sum *store.Summary) {
 		s.summaryTokens = s.m.cfg.Counter.Message(&s.summaryMsg)
 	}
 	s.epoch++
-}
-
-// archiveGuide tells the agent where the raw evicted messages are.
-func archiveGuide(ranges []archiveRange) string {
-	var b strings.Builder
-	b.WriteString("Earlier messages are archived verbatim (positions count from 0):\n")
-	for _, r := range ranges {
-		fmt.Fprintf(&b, "- messages %d-%d: %s\n", r.From, r.To-1, r.Where)
-	}
-	return b.String()
 }
 
 // startBackground begins a summary at the soft threshold.

@@ -124,7 +124,7 @@ func (m *Manager) LoadSession(ctx context.Context, id string, system []chat.Mess
 	if raw != nil && state.Pinned >= 0 && state.Pinned < s.start {
 		s.pinned = state.Pinned
 	}
-	s.archives = state.Archives
+	s.archives = mergeRanges(state.Archives)
 	s.windowLimit = state.WindowLimit
 	for _, v := range state.Views {
 		if v.Index >= s.start && v.Index < len(s.entries) {

@@ -1,356 +1,180 @@
-// End-to-end test of `ctxmgr serve` with the official OpenAI and Anthropic SDKs.
+// End-to-end test of `ctxmgr serve` with real clients installed from npm at pinned versions
+// (package.json / package-lock.json): Claude Code, Codex CLI, the AI SDK, LangChain JS and the
+// official openai and @anthropic-ai/sdk packages.
 //
-// run.sh builds ctxmgr and the fake upstream, starts the fake upstream, and runs this script
-// with:
-//   CTXMGR_BIN    the ctxmgr binary          UPSTREAM_URL  the fake upstream
-//   WORK          a scratch directory        RECORDS       the fake upstream's JSONL records
-//   WINDOW        the context window         TURNS         turns per SDK (default 60)
+// run.sh builds ctxmgr and the fake upstream and runs this script with CTXMGR_BIN, FAKE_BIN and
+// WORK (a scratch directory) set. Every client is a separate case with its own fake upstream
+// (proxy/fakeupstream, which enforces the window and logs every request it receives), its own
+// `ctxmgr serve` (small window, SQLite store) and its own trap for outgoing connections. A case
+// passes when the client finishes normally with its final answer (so no upstream error reached
+// it); every upstream request was answered, fit the window and was well formed by the strict
+// fake's rules (tool pairing, cache_control blocks, thinking signatures), a refusal for the
+// window alone being followed by a smaller retry; whole tool outputs reached the model; the proxy
+// managed the conversation (a compaction or tokens removed, in /metrics) and forwarded nothing
+// unmanaged; the store holds one session; and the client tried no host but loopback.
 //
-// The script starts the proxy itself (and restarts it midway, with a stream in flight),
-// drives a tool-using conversation of TURNS turns through each SDK, streaming and not, whose
-// history far exceeds the window, uses /context, /compact, /context clear and the ctxmgr_read
-// tool, and then checks what the upstream received: every request fits the window and pairs
-// its tool calls. Any failure exits non-zero with a message.
-import OpenAI from 'openai';
-import Anthropic from '@anthropic-ai/sdk';
-import { spawn } from 'node:child_process';
+// Prints one line per case (PASS/FAIL and why) and writes "PASSED FAILED" to $WORK/summary.
+//   CASES=claude,codex   runs only the cases whose name contains one of these words.
 import fs from 'node:fs';
 import path from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
+import {
+  WORK, BIN, FAKE_BIN, guardNet, storedSessions, startFake, startProxy, startTrap, checkUpstream, checkManaged, proxyLogHints, killAll,
+} from './lib.mjs';
+import { runLegacy } from './legacy.mjs';
+import * as clients from './clients.mjs';
 
-const env = (k, d) => process.env[k] ?? d;
-const BIN = env('CTXMGR_BIN');
-const UPSTREAM = env('UPSTREAM_URL');
-const WORK = env('WORK');
-const RECORDS = env('RECORDS');
-const WINDOW = Number(env('WINDOW', '8192'));
-const TURNS = Number(env('TURNS', '60'));
-const MAX_TOKENS = 1024;
-if (!BIN || !UPSTREAM || !WORK || !RECORDS) {
-  console.error('e2e: CTXMGR_BIN, UPSTREAM_URL, WORK and RECORDS must be set');
+if (!BIN || !FAKE_BIN || !WORK) {
+  console.error('e2e: CTXMGR_BIN, FAKE_BIN and WORK must be set');
   process.exit(2);
 }
+const outbound = guardNet();
+const TURNS = Number(process.env.TURNS ?? '60');
+const only = (process.env.CASES ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+const CASE_TIMEOUT = 150000;
 
-const failures = [];
-function check(ok, msg) {
-  if (!ok) {
-    failures.push(msg);
-    console.error(`e2e: FAIL: ${msg}`);
+// Each agent case: the client, its window, and the API paths its conversation uses.
+const cases = [
+  { name: 'claude-code (default model)', window: 40000, sessions: 1, thinking: true, run: clients.claudeCode(null), paths: ['/v1/messages'] },
+  { name: 'claude-code (--model claude-sonnet-4-5)', window: 40000, sessions: 1, thinking: true, run: clients.claudeCode('claude-sonnet-4-5'), paths: ['/v1/messages'] },
+  { name: 'codex exec (Responses provider)', window: 40000, sessions: 1, run: clients.codexExec, paths: ['/v1/responses'] },
+  { name: 'ai-sdk openai.chat', window: 16000, sessions: 1, run: clients.aiSdkOpenAIChat, paths: ['/v1/chat/completions'] },
+  { name: 'ai-sdk openai.responses (openai(model))', window: 16000, sessions: 1, run: clients.aiSdkOpenAIResponses, paths: ['/v1/responses'] },
+  { name: 'ai-sdk anthropic (default max_tokens, thinking)', window: 16000, sessions: 1, thinking: true, run: clients.aiSdkAnthropic, paths: ['/v1/messages'] },
+  { name: 'langchain ChatOpenAI', window: 16000, sessions: 1, run: clients.langchainOpenAI, paths: ['/v1/chat/completions'] },
+  { name: 'langchain ChatAnthropic', window: 16000, sessions: 1, run: clients.langchainAnthropic, paths: ['/v1/messages'] },
+  { name: 'openai sdk responses (store:false)', window: 16000, sessions: 1, run: clients.openaiResponses, paths: ['/v1/responses'] },
+];
+
+const results = [];
+function report(name, fails, notes) {
+  results.push({ name, ok: fails.length === 0 });
+  const head = `e2e: ${fails.length === 0 ? 'PASS' : 'FAIL'} ${name}${notes.length ? ` (${notes.join('; ')})` : ''}`;
+  console.log(head);
+  for (const f of fails.slice(0, 6)) console.log(`e2e:     - ${f}`);
+  if (fails.length > 6) console.log(`e2e:     - ... and ${fails.length - 6} more`);
+}
+
+function slug(name) {
+  return name.toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-|-$/g, '');
+}
+
+function withTimeout(p, ms, what) {
+  let t;
+  return Promise.race([p, new Promise((_, rej) => { t = setTimeout(() => rej(new Error(`${what} timed out after ${ms / 1000}s`)), ms); })])
+    .finally(() => clearTimeout(t));
+}
+
+async function runCase(c) {
+  const dir = path.join(WORK, slug(c.name));
+  const work = path.join(dir, 'work');
+  fs.mkdirSync(work, { recursive: true });
+  const started = Date.now();
+  const fails = [];
+  const notes = [];
+  let fake;
+  let proxy;
+  let trap;
+  try {
+    fake = await startFake(dir, c.window, { thinking: c.thinking });
+    proxy = await startProxy(dir, fake.url, c.window);
+    trap = await startTrap();
+    const outboundBefore = outbound.length;
+    let res;
+    try {
+      res = await withTimeout(c.run({ proxy, trap, work, dir }), CASE_TIMEOUT, 'the client');
+    } catch (err) {
+      res = { fails: [`the client failed: ${String(err.message ?? err).split('\n')[0].slice(0, 400)}`], notes: [] };
+    }
+    fails.push(...res.fails);
+    notes.push(...res.notes);
+    const up = checkUpstream(fake.records(), c.window, { paths: c.paths });
+    if (!fake.records().some((r) => c.paths.includes(r.path))) up.fails.push(`no request reached the upstream on ${c.paths.join(', ')}`);
+    fails.push(...up.fails);
+    notes.push(up.summary);
+    const m = checkManaged(await proxy.metrics());
+    fails.push(...m.fails);
+    notes.push(m.summary);
+    const mine = outbound.slice(outboundBefore);
+    if (mine.length) fails.push(`a connection left loopback: ${[...new Set(mine)].slice(0, 5).join(', ')}`);
+    if (trap.attempts.length) fails.push(`the client tried to leave the machine: ${[...new Set(trap.attempts)].slice(0, 5).join(', ')}`);
+    const code = await proxy.stop();
+    if (code !== 0) fails.push(`ctxmgr serve exited with ${code} after SIGTERM`);
+    const sessions = storedSessions(dir);
+    notes.push(`${sessions.length} stored session${sessions.length === 1 ? '' : 's'}`);
+    if (c.sessions !== undefined && sessions.length !== c.sessions) fails.push(`${sessions.length} sessions stored, want ${c.sessions} (one conversation): ${sessions.map((x) => x.id ?? x.ID ?? JSON.stringify(x)).join(', ').slice(0, 300)}`);
+    if (fails.length) for (const h of proxyLogHints(dir)) fails.push(`proxy log: ${h}`);
+  } catch (err) {
+    fails.push(`aborted: ${err.stack || err}`);
+  } finally {
+    await proxy?.stop().catch(() => {});
+    await fake?.stop().catch(() => {});
+    await trap?.close().catch(() => {});
   }
-  return ok;
-}
-function log(msg) {
-  console.log(`e2e: ${msg}`);
+  notes.push(`${((Date.now() - started) / 1000).toFixed(1)}s`);
+  report(c.name, fails, notes);
 }
 
-// Bounded time: the whole run must finish in 8 minutes.
-const deadline = setTimeout(() => {
-  console.error('e2e: FAIL: timed out');
-  proxy.kill();
+async function legacyCases() {
+  const names = LEGACY;
+  if (!legacySelected) return;
+  const dir = path.join(WORK, 'official-sdks');
+  fs.mkdirSync(dir, { recursive: true });
+  const started = Date.now();
+  const outboundBefore = outbound.length;
+  const r = await withTimeout(runLegacy(dir, { window: 8192, turns: TURNS }), 240000, 'the official SDKs scenario')
+    .catch((err) => ({ openai: [String(err.message)], anthropic: [String(err.message)], lines: [] }));
+  for (const l of r.lines.filter((x) => x.startsWith('upstream:') || x.startsWith('metrics:'))) console.log(`e2e: ${l}`);
+  const mine = outbound.slice(outboundBefore);
+  if (mine.length) for (const k of ['openai', 'anthropic']) r[k].push(`a connection left loopback: ${[...new Set(mine)].slice(0, 5).join(', ')}`);
+  const secs = `${((Date.now() - started) / 1000).toFixed(1)}s`;
+  report(names[0], r.openai, [secs]);
+  report(names[1], r.anthropic, [secs]);
+}
+
+// The whole run is bounded: after 270 s every process the cases started is stopped.
+const DEADLINE = Number(process.env.E2E_DEADLINE_MS ?? 270000);
+setTimeout(() => {
+  console.error(`e2e: the run exceeded ${DEADLINE / 1000}s: stopping; the cases not reported count as failed`);
+  killAll();
+  writeSummary();
   process.exit(1);
-}, 8 * 60 * 1000);
-deadline.unref();
+}, DEADLINE).unref();
 
-// --- the proxy process ---
-
-class Proxy {
-  constructor() {
-    this.child = null;
-    this.url = null;
-    this.starts = 0;
-  }
-  async start() {
-    const addrFile = path.join(WORK, `proxy${this.starts}.addr`);
-    const logFile = fs.openSync(path.join(WORK, 'proxy.log'), 'a');
-    this.child = spawn(BIN, ['serve', '--listen', '127.0.0.1:0', '--addr-file', addrFile,
-      '--upstream-openai', UPSTREAM, '--upstream-anthropic', UPSTREAM,
-      '--store', `sqlite:${path.join(WORK, 'ctxmgr.db')}`, '--window', String(WINDOW),
-      '--log-format', 'json', '--shutdown-timeout', '20s'], { stdio: ['ignore', logFile, logFile] });
-    fs.writeFileSync(path.join(WORK, 'proxy.pid'), String(this.child.pid));
-    this.exited = new Promise((resolve) => this.child.on('exit', (code, sig) => resolve({ code, sig })));
-    this.starts++;
-    for (let i = 0; i < 200; i++) {
-      if (fs.existsSync(addrFile) && fs.readFileSync(addrFile, 'utf8').trim()) break;
-      if (this.child.exitCode !== null) throw new Error(`ctxmgr serve exited with ${this.child.exitCode}; see proxy.log`);
-      await sleep(50);
-    }
-    this.url = `http://${fs.readFileSync(addrFile, 'utf8').trim()}`;
-    const health = await fetch(`${this.url}/healthz`);
-    if (health.status !== 200) throw new Error(`healthz answered ${health.status}`);
-    log(`proxy started at ${this.url}`);
-  }
-  // stop sends SIGTERM (a graceful shutdown) and waits for the exit.
-  async stop() {
-    this.child.kill('SIGTERM');
-    const { code, sig } = await this.exited;
-    log(`proxy stopped (code ${code}, signal ${sig})`);
-    return code;
-  }
-  kill() {
-    if (this.child && this.child.exitCode === null) this.child.kill('SIGKILL');
-  }
-}
-const proxy = new Proxy();
-
-// --- tool outputs: mostly a few KB, sometimes far above the window ---
-
-function toolOutput(sdk, turn, call) {
-  const big = turn % 9 === 4;
-  const size = big ? 60000 : 1500 + ((turn * 37 + call * 11) % 2500);
-  const lines = [];
-  let n = 0;
-  for (let i = 0; n < size; i++) {
-    const line = `${sdk} turn ${turn} call ${call} line ${i}: src/module${turn % 13}/file${i % 17}.js:${i * 3} status=ok hash=${((turn + 1) * 2654435761 + i).toString(16)}`;
-    lines.push(line);
-    n += line.length + 1;
-  }
-  if (turn % 11 === 7) lines.push(`Error: build failed in src/module${turn % 13}/index.js: ReferenceError: handler${turn} is not defined`);
-  return lines.join('\n');
+// A SIGTERM (run.sh's cleanup) or ^C stops every process the cases started.
+for (const sig of ['SIGTERM', 'SIGINT']) {
+  process.on(sig, () => {
+    console.error(`e2e: ${sig}: stopping`);
+    killAll();
+    writeSummary();
+    process.exit(1);
+  });
 }
 
-// --- the OpenAI agent (openai npm package) ---
+const LEGACY = ['openai sdk chat (60 turns, restart, /context, /compact, ctxmgr_read)', '@anthropic-ai/sdk messages (60 turns, restart, /context, /compact, ctxmgr_read)'];
+const legacySelected = !only.length || LEGACY.some((n) => only.some((o) => n.includes(o)));
 
-const openaiTools = [{
-  type: 'function',
-  function: {
-    name: 'run_command', description: 'Run a shell command in the repository and return its output.',
-    parameters: { type: 'object', properties: { cmd: { type: 'string' } }, required: ['cmd'] },
-  },
-}];
-
-class OpenAIAgent {
-  constructor() {
-    this.messages = [{ role: 'system', content: 'You are a coding agent under an end-to-end test. Use the tools.' }];
-    this.called = [];
-    this.turns = 0;
-    this.historyChars = 0;
-  }
-  client() {
-    return new OpenAI({ baseURL: `${proxy.url}/v1`, apiKey: 'sk-e2e-openai', maxRetries: 0, timeout: 60000,
-      defaultHeaders: { 'X-Ctxmgr-Session': 'e2e-openai' } });
-  }
-  async complete(stream) {
-    const params = { model: 'gpt-4o', messages: this.messages, tools: openaiTools, max_completion_tokens: MAX_TOKENS };
-    if (!stream) {
-      const resp = await this.client().chat.completions.create(params);
-      return resp.choices[0].message;
-    }
-    const runner = this.client().chat.completions.stream({ ...params, stream_options: { include_usage: true } });
-    const final = await runner.finalChatCompletion();
-    return final.choices[0].message;
-  }
-  async turn(text, stream) {
-    this.messages.push({ role: 'user', content: text });
-    for (let iter = 0; iter < 6; iter++) {
-      const msg = await this.complete(stream);
-      const kept = { role: 'assistant', content: msg.content ?? null };
-      if (msg.tool_calls?.length) kept.tool_calls = msg.tool_calls;
-      this.messages.push(kept);
-      if (!msg.tool_calls?.length) {
-        this.turns++;
-        return msg.content ?? '';
-      }
-      msg.tool_calls.forEach((tc, i) => {
-        this.called.push(tc.function.name);
-        const out = toolOutput('openai', this.turns, i);
-        this.historyChars += out.length;
-        this.messages.push({ role: 'tool', tool_call_id: tc.id, content: out });
-      });
-    }
-    throw new Error('the tool loop did not end');
-  }
+// writeSummary writes "PASSED FAILED" to $WORK/summary, counting every selected case not
+// reported yet as failed, and returns the number failed.
+function writeSummary() {
+  const expected = selected.length + (legacySelected ? LEGACY.length : 0);
+  const passed = results.filter((r) => r.ok).length;
+  const failed = Math.max(expected, results.length) - passed;
+  fs.writeFileSync(path.join(WORK, 'summary'), `${passed} ${failed}\n`);
+  return failed;
 }
 
-// --- the Anthropic agent (@anthropic-ai/sdk) ---
-
-const anthropicTools = [{
-  name: 'run_command', description: 'Run a shell command in the repository and return its output.',
-  input_schema: { type: 'object', properties: { cmd: { type: 'string' } }, required: ['cmd'] },
-}];
-
-class AnthropicAgent {
-  constructor() {
-    this.messages = [];
-    this.called = [];
-    this.turns = 0;
-    this.historyChars = 0;
-  }
-  client() {
-    return new Anthropic({ baseURL: proxy.url, apiKey: 'sk-ant-e2e', maxRetries: 0, timeout: 60000,
-      defaultHeaders: { 'X-Ctxmgr-Session': 'e2e-anthropic', 'anthropic-beta': 'e2e-test-beta' } });
-  }
-  async complete(stream) {
-    const params = { model: 'claude-sonnet-4-6', max_tokens: MAX_TOKENS, messages: this.messages, tools: anthropicTools,
-      system: 'You are a coding agent under an end-to-end test. Use the tools.' };
-    if (!stream) return this.client().messages.create(params);
-    return this.client().messages.stream(params).finalMessage();
-  }
-  async turn(text, stream) {
-    this.messages.push({ role: 'user', content: text });
-    for (let iter = 0; iter < 6; iter++) {
-      const msg = await this.complete(stream);
-      this.messages.push({ role: 'assistant', content: msg.content });
-      const uses = msg.content.filter((b) => b.type === 'tool_use');
-      if (uses.length === 0) {
-        this.turns++;
-        return msg.content.filter((b) => b.type === 'text').map((b) => b.text).join('');
-      }
-      this.messages.push({
-        role: 'user',
-        content: uses.map((u, i) => {
-          this.called.push(u.name);
-          const out = toolOutput('anthropic', this.turns, i);
-          this.historyChars += out.length;
-          return { type: 'tool_result', tool_use_id: u.id, content: out };
-        }),
-      });
-    }
-    throw new Error('the tool loop did not end');
-  }
-}
-
-// --- helpers ---
-
-function contextLines(text) {
-  const total = /(\d+) appended in all/.exec(text);
-  const summary = /Summary: (version \d+|none yet)/.exec(text);
-  return { total: total ? Number(total[1]) : -1, summary: summary ? summary[1] : '?' };
-}
-
-async function metric(name) {
-  const text = await (await fetch(`${proxy.url}/metrics`)).text();
-  let sum = 0;
-  for (const line of text.split('\n')) {
-    if (line.startsWith(name) && !line.startsWith('#')) sum += Number(line.split(' ').pop());
-  }
-  return sum;
-}
-
-// A streamed turn that is still running when the proxy is told to stop must finish.
-async function streamThroughShutdown(agent, name) {
-  const text = `${name}: tell me slowly that the restart is coming, no tools`;
-  agent.messages.push({ role: 'user', content: text });
-  let stopped;
-  let content = '';
-  if (agent instanceof OpenAIAgent) {
-    const stream = await agent.client().chat.completions.create({ model: 'gpt-4o', messages: agent.messages,
-      tools: openaiTools, max_completion_tokens: MAX_TOKENS, stream: true });
-    for await (const chunk of stream) {
-      content += chunk.choices[0]?.delta?.content ?? '';
-      if (!stopped && content) stopped = proxy.stop();
-    }
-    agent.messages.push({ role: 'assistant', content });
-  } else {
-    const stream = agent.client().messages.stream({ model: 'claude-sonnet-4-6', max_tokens: MAX_TOKENS,
-      messages: agent.messages, tools: anthropicTools, system: 'You are a coding agent under an end-to-end test. Use the tools.' });
-    stream.on('text', (t) => {
-      content += t;
-      if (!stopped) stopped = proxy.stop();
-    });
-    const msg = await stream.finalMessage();
-    agent.messages.push({ role: 'assistant', content: msg.content });
-  }
-  agent.turns++;
-  check(content.startsWith('Echo: ') && content.includes('no tools'), `${name}: the stream in flight during the shutdown was cut: ${JSON.stringify(content)}`);
-  const code = await stopped;
-  check(code === 0, `${name}: ctxmgr serve exited with ${code} after SIGTERM`);
-}
-
-// --- the run ---
-
-async function main() {
-  await proxy.start();
-  const oa = new OpenAIAgent();
-  const an = new AnthropicAgent();
-  const agents = [['openai', oa], ['anthropic', an]];
-  const before = {};
-  for (let turn = 0; turn < TURNS; turn++) {
-    for (const [name, agent] of agents) {
-      const stream = (turn + (name === 'anthropic' ? 1 : 0)) % 2 === 0;
-      let text = `turn ${turn}: run the tests of module ${turn % 13}`;
-      if (turn % 5 === 2) text += ' in parallel';
-      if (turn === 15) text = '/context';
-      if (turn === 20) text = '/compact keep the decisions and the failing modules';
-      if (turn === 25 || turn === TURNS - 15) text = 'now read back the full output of the earlier command';
-      if (turn === 50) text = '/context clear';
-      if (turn === TURNS / 2) {
-        const ctx = contextLines(await agent.turn('/context', false));
-        before[name] = ctx;
-        if (name === 'anthropic') {
-          await streamThroughShutdown(agent, name);
-          await proxy.start();
-          for (const [n2, a2] of agents) {
-            const after = contextLines(await a2.turn('/context', n2 === 'openai'));
-            const exp = before[n2].total + (n2 === 'anthropic' ? 2 : 0);
-            check(after.total === exp && after.summary === before[n2].summary,
-              `${n2}: the session did not survive the restart: before ${JSON.stringify(before[n2])}, after ${JSON.stringify(after)}, want ${exp} messages`);
-            log(`${n2}: after the restart the session has ${after.total} messages, summary ${after.summary}`);
-          }
-        }
-        continue;
-      }
-      let out;
-      try {
-        out = await agent.turn(text, stream);
-      } catch (err) {
-        check(false, `${name} turn ${turn} (${stream ? 'stream' : 'no stream'}): ${err.stack || err}`);
-        throw err;
-      }
-      if (text === '/context') check(out.includes(`/context: session e2e-${name}`) && out.includes(`of window ${WINDOW}`), `${name}: /context answered ${JSON.stringify(out)}`);
-      else if (text.startsWith('/compact')) check(/compacted \d+ messages into summary v\d+; tokens before \d+, after \d+/.test(out), `${name}: /compact answered ${JSON.stringify(out.slice(0, 300))}`);
-      else if (text === '/context clear') check(out.includes('messages archived'), `${name}: /context clear answered ${JSON.stringify(out)}`);
-      else if (text.includes('read back')) check(out.startsWith('Read back: [ctxmgr_read'), `${name}: the ctxmgr_read round trip answered ${JSON.stringify(out)}`);
-      else check(out.startsWith('Done: ') || out.startsWith('Echo: '), `${name} turn ${turn}: unexpected answer ${JSON.stringify(out)}`);
-    }
-  }
-  for (const [name, agent] of agents) {
-    const out = await agent.turn('/context', true);
-    log(`${name} final /context:\n${out}`);
-    check(!agent.called.includes('ctxmgr_read'), `${name}: the client saw a ctxmgr_read call`);
-    const historyTokens = Math.round(agent.historyChars / 4);
-    check(historyTokens > 10 * WINDOW, `${name}: the history (~${historyTokens} tokens) does not far exceed the window ${WINDOW}`);
-    log(`${name}: ${agent.turns} turns, ${agent.messages.length} messages, ~${historyTokens} tokens of tool output, ${agent.called.length} tool calls`);
-  }
-  const compactions = await metric('ctxmgr_compactions_total');
-  const reads = await metric('ctxmgr_reads_total');
-  check(compactions > 0, 'no compaction was counted in /metrics');
-  check(reads > 0, 'no ctxmgr_read was counted in /metrics');
-  log(`metrics: ${compactions} compactions, ${reads} reads since the restart`);
-  await proxy.stop();
-
-  // What the upstream received.
-  const recs = fs.readFileSync(RECORDS, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
-  let ok = 0;
-  let overflow = 0;
-  let maxUse = 0;
-  for (let i = 0; i < recs.length; i++) {
-    const r = recs[i];
-    check(r.valid === undefined || r.valid === '', `upstream request ${r.seq} (${r.format}) is invalid: ${r.valid}`);
-    if (r.status === 200) {
-      ok++;
-      maxUse = Math.max(maxUse, r.tokens + r.max_tokens);
-      check(r.tokens + r.max_tokens <= WINDOW, `upstream request ${r.seq} (${r.format}) does not fit: ${r.tokens} tokens + ${r.max_tokens} max output > window ${WINDOW}`);
-    } else if (r.status === 400) {
-      overflow++;
-      const next = recs.slice(i + 1).find((x) => x.format === r.format);
-      check(next && next.tokens < r.tokens, `upstream request ${r.seq} (${r.format}) overflowed and was not retried smaller`);
-    } else {
-      check(false, `upstream request ${r.seq} (${r.format}) answered ${r.status}`);
-    }
-    if (r.format === 'anthropic') check(r.headers['Anthropic-Beta'] === 'e2e-test-beta' && r.headers['Anthropic-Version'], `upstream request ${r.seq}: anthropic headers lost: ${JSON.stringify(r.headers)}`);
-  }
-  log(`upstream: ${recs.length} requests, ${ok} answered, ${overflow} overflows recovered; largest request + max output ${maxUse} of window ${WINDOW}`);
-}
-
+const selected = cases.filter((c) => !only.length || only.some((o) => c.name.includes(o)));
 try {
-  await main();
+  // Two at a time: the official SDKs' scenario beside the queue of client cases.
+  const queue = [...selected];
+  const worker = async () => {
+    while (queue.length) await runCase(queue.shift());
+  };
+  await Promise.all([legacyCases().then(worker), worker()]);
 } catch (err) {
-  check(false, `aborted: ${err.stack || err}`);
+  console.error(`e2e: aborted: ${err.stack || err}`);
+  results.push({ name: 'runner', ok: false });
 } finally {
-  proxy.kill();
+  killAll();
 }
-if (failures.length) {
-  console.error(`e2e: ${failures.length} failure(s)`);
-  process.exit(1);
-}
-console.log('e2e: all checks passed');
+process.exit(writeSummary() ? 1 : 0);

@@ -7,13 +7,16 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/ctxmgr/ctxmgr/store"
+	"github.com/ctxmgr/ctxmgr/store/sqlite"
 	"github.com/ctxmgr/ctxmgr/tokens"
 )
 
@@ -95,21 +98,30 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 // BenchmarkProxyOverhead measures the latency the proxy adds (the time through the proxy minus
 // the time of the same request sent straight to an upstream that answers at once, paired per
 // request) for a session whose history is 10K or 100K tokens, growing by a turn each request
-// (an agent's steady state), and the throughput of 50 concurrent sessions of 10K tokens.
+// (an agent's steady state), and the throughput of 50 concurrent sessions of 10K tokens. Each
+// figure is measured beside a plain httputil.ReverseProxy on the same requests in the same run
+// (the anchor: what any proxy costs), with ctxmgr on SQLite (the default of ctxmgr serve).
 //
 //	go test -run '^$' -bench ProxyOverhead -benchtime 200x ./proxy
 func BenchmarkProxyOverhead(b *testing.B) {
 	up := instantUpstream()
 	defer up.Close()
 	newProxy := func(b *testing.B, window int) *httptest.Server {
-		srv, err := New(Config{UpstreamOpenAI: up.URL, Store: store.NewMemory(), Window: window, Logger: quietLogger()})
+		st, err := sqlite.Open(filepath.Join(b.TempDir(), "bench.db"), sqlite.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		srv, err := New(Config{UpstreamOpenAI: up.URL, Store: st, Window: window, Logger: quietLogger()})
 		if err != nil {
 			b.Fatal(err)
 		}
 		px := httptest.NewServer(srv.Handler())
-		b.Cleanup(func() { px.Close(); _ = srv.Close() })
+		b.Cleanup(func() { px.Close(); _ = srv.Close(); _ = st.Close() })
 		return px
 	}
+	target, _ := url.Parse(up.URL)
+	rp := httptest.NewServer(httputil.NewSingleHostReverseProxy(target))
+	defer rp.Close()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 100}}
 	cases := []struct {
 		name         string
@@ -128,45 +140,58 @@ func BenchmarkProxyOverhead(b *testing.B) {
 			conv := newBenchConversation(size)
 			post(b, client, px.URL, "bench", conv.body(-1)) // the session's first request
 			added := make([]time.Duration, 0, b.N)
+			anchor := make([]time.Duration, 0, b.N)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				body := conv.body(i)
 				direct := post(b, client, up.URL, "", body)
 				through := post(b, client, px.URL, "bench", body)
+				plain := post(b, client, rp.URL, "", body)
 				added = append(added, max(0, through-direct))
+				anchor = append(anchor, max(0, plain-direct))
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(percentile(added, 0.50).Microseconds()), "p50-µs")
 			b.ReportMetric(float64(percentile(added, 0.99).Microseconds()), "p99-µs")
+			b.ReportMetric(float64(percentile(anchor, 0.50).Microseconds()), "rp-p50-µs")
+			b.ReportMetric(float64(percentile(anchor, 0.99).Microseconds()), "rp-p99-µs")
 			b.ReportMetric(float64(len(conv.body(0))/1024), "body-KiB")
 		})
 	}
 	b.Run("throughput-50-sessions-10K", func(b *testing.B) {
 		px := newProxy(b, 200000)
 		const sessions = 50
-		convs := make([]*benchConversation, sessions)
 		base := newBenchConversation(10000)
-		for i := range convs {
-			convs[i] = &benchConversation{msgs: slices.Clone(base.msgs)}
-			convs[i].msgs[0] = map[string]any{"role": "system", "content": fmt.Sprintf("You are agent %d.", i)}
-			post(b, client, px.URL, fmt.Sprintf("s%d", i), convs[i].body(-1))
+		run := func(url string, header bool) float64 {
+			convs := make([]*benchConversation, sessions)
+			for i := range convs {
+				convs[i] = &benchConversation{msgs: slices.Clone(base.msgs)}
+				convs[i].msgs[0] = map[string]any{"role": "system", "content": fmt.Sprintf("You are agent %d.", i)}
+			}
+			per := (b.N + sessions - 1) / sessions
+			t0 := time.Now()
+			var wg sync.WaitGroup
+			for i := 0; i < sessions; i++ {
+				wg.Add(1)
+				go func(i int) {
+					defer wg.Done()
+					for j := -1; j < per; j++ {
+						id := ""
+						if header {
+							id = fmt.Sprintf("s%d", i)
+						}
+						post(b, client, url, id, convs[i].body(j))
+					}
+				}(i)
+			}
+			wg.Wait()
+			return float64((per+1)*sessions) / time.Since(t0).Seconds()
 		}
 		b.ResetTimer()
-		t0 := time.Now()
-		var wg sync.WaitGroup
-		per := (b.N + sessions - 1) / sessions
-		for i := 0; i < sessions; i++ {
-			wg.Add(1)
-			go func(i int) {
-				defer wg.Done()
-				for j := 0; j < per; j++ {
-					post(b, client, px.URL, fmt.Sprintf("s%d", i), convs[i].body(j))
-				}
-			}(i)
-		}
-		wg.Wait()
-		el := time.Since(t0)
+		ours := run(px.URL, true)
+		plain := run(rp.URL, false)
 		b.StopTimer()
-		b.ReportMetric(float64(per*sessions)/el.Seconds(), "req/s")
+		b.ReportMetric(ours, "req/s")
+		b.ReportMetric(plain, "rp-req/s")
 	})
 }

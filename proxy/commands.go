@@ -28,7 +28,7 @@ type command struct {
 }
 
 func parseCommand(m *chat.Message) (command, bool) {
-	if m.Role != chat.RoleUser || len(m.ToolCalls) > 0 {
+	if m.Role != chat.RoleUser || len(m.ToolCalls) > 0 || !startsWithSlash(m) {
 		return command{}, false
 	}
 	t := strings.TrimSpace(m.Text())
@@ -43,6 +43,21 @@ func parseCommand(m *chat.Message) (command, bool) {
 		return command{name: "clear"}, true
 	}
 	return command{}, false
+}
+
+// startsWithSlash reports whether the message's text starts with "/" (after white space):
+// the cheap test that rules out almost every message before its text is joined.
+func startsWithSlash(m *chat.Message) bool {
+	for _, p := range m.Content {
+		if p.Type != chat.PartText {
+			continue
+		}
+		t := strings.TrimLeft(p.Text, " \t\r\n")
+		if t != "" {
+			return t[0] == '/'
+		}
+	}
+	return false
 }
 
 // splitCommands returns the history without earlier command exchanges (a command and the
@@ -117,7 +132,7 @@ func (s *Server) runCommand(ctx context.Context, ps *psession, c *command, syste
 		writeArchives(&b, after)
 		return b.String()
 	default:
-		return contextReport(ps, m.Stats(ps.sess), !s.cfg.DisableReadTool)
+		return contextReport(ps, m.Stats(ps.sess), !s.cfg.DisableReadTool, s.cfg.SummarizerName)
 	}
 }
 
@@ -151,7 +166,7 @@ func writeArchives(b *strings.Builder, st ctxmgr.Stats) {
 	}
 }
 
-func contextReport(ps *psession, st ctxmgr.Stats, readTool bool) string {
+func contextReport(ps *psession, st ctxmgr.Stats, readTool bool, summarizer string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s /context: session %s\n", replyPrefix, ps.id)
 	roles := make([]string, 0, len(st.Messages))
@@ -168,13 +183,20 @@ func contextReport(ps *psession, st ctxmgr.Stats, readTool bool) string {
 	}
 	fmt.Fprintf(&b, "Messages in context: %s; %d appended in all, %d evicted into the summary.\n", strings.Join(parts, ", "), st.Total, st.Evicted)
 	fmt.Fprintf(&b, "Tool results: %d offloaded, %d masked, %d truncated.\n", st.Offloaded, st.Masked, st.Truncated)
-	fmt.Fprintf(&b, "Tokens: system %d, tools %d, summary %d, history %d; input %d + max output %d of window %d (%.1f%% used).\n",
-		st.Regions.System, st.Regions.Tools, st.Regions.Summary, st.Regions.History, st.Input, st.MaxOutput, st.Window, st.UsePercent)
-	if st.SummaryVersion > 0 {
+	used := fmt.Sprintf("%.1f%%", st.UsePercent)
+	if st.UsePercent > 0 && st.UsePercent < 0.1 {
+		used = "under 0.1%"
+	}
+	fmt.Fprintf(&b, "Tokens: system %d, tools %d, summary %d, history %d; input %d of window %d (%s used), %d more reserved for the reply.\n",
+		st.Regions.System, st.Regions.Tools, st.Regions.Summary, st.Regions.History, st.Input, st.Window, used, st.MaxOutput)
+	if sum := ps.sess.Summary(); st.SummaryVersion > 0 && sum != nil && sum.Summarizer != "" {
+		fmt.Fprintf(&b, "Summary: version %d, written by %s.\n", st.SummaryVersion, sum.Summarizer)
+	} else if st.SummaryVersion > 0 {
 		fmt.Fprintf(&b, "Summary: version %d.\n", st.SummaryVersion)
 	} else {
 		b.WriteString("Summary: none yet.\n")
 	}
+	fmt.Fprintf(&b, "Summarizer: %s.\n", summarizer)
 	writeArchives(&b, st)
 	if len(st.Offloads) > 0 {
 		b.WriteString("Offloaded tool results:\n")
@@ -202,6 +224,10 @@ func randomID(prefix string) string {
 func writeLocal(w http.ResponseWriter, f Format, model string, stream, includeUsage bool, text string) {
 	h := w.Header()
 	h.Set("X-Ctxmgr-Local", "1")
+	if f == FormatResponses {
+		writeResponsesLocal(w, model, stream, text)
+		return
+	}
 	if !stream {
 		h.Set("Content-Type", "application/json")
 		var v any

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -24,6 +25,9 @@ type Format string
 const (
 	FormatOpenAI    Format = "openai"
 	FormatAnthropic Format = "anthropic"
+	// FormatResponses is the OpenAI Responses API (POST /v1/responses). Its requests go to
+	// the OpenAI upstream, and routes of format "openai" apply to it.
+	FormatResponses Format = "responses"
 )
 
 // Route sends the requests of one format whose model starts with ModelPrefix to URL. The
@@ -68,6 +72,14 @@ type Config struct {
 	Preset string
 	// Summarizer, if set, replaces the preset's (extractive) summarizer.
 	Summarizer summarize.Summarizer
+	// SummarizerName describes Summarizer in /context, e.g. "LLM gpt-4o-mini (openai) at
+	// https://api.openai.com/v1, ...". Default: "extractive" without a Summarizer, "custom"
+	// with one.
+	SummarizerName string
+	// DecodeCacheBytes bounds the request bodies kept so that the next request of a
+	// conversation is decoded only where it differs (see decode.go). Default 64 MiB;
+	// negative: off.
+	DecodeCacheBytes int
 	// Tune, if set, adjusts each Manager's configuration after the preset is applied (tests
 	// use it to make the ingestion cap small, say).
 	Tune func(*ctxmgr.Config)
@@ -113,6 +125,12 @@ func (c Config) withDefaults() Config {
 	if c.Preset == "" {
 		c.Preset = ctxmgr.PresetDefault
 	}
+	if c.SummarizerName == "" {
+		c.SummarizerName = "extractive"
+		if c.Summarizer != nil {
+			c.SummarizerName = "custom"
+		}
+	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = 32 << 20
 	}
@@ -134,12 +152,20 @@ func (c Config) withDefaults() Config {
 	if c.MaxReads == 0 {
 		c.MaxReads = 3
 	}
+	if c.DecodeCacheBytes == 0 {
+		c.DecodeCacheBytes = 64 << 20
+	}
 	return c
 }
 
 func (c Config) validate() error {
 	if c.UpstreamOpenAI == "" && c.UpstreamAnthropic == "" && len(c.Routes) == 0 {
 		return fmt.Errorf("proxy: no upstream: set UpstreamOpenAI, UpstreamAnthropic or Routes")
+	}
+	for name, u := range map[string]string{"UpstreamOpenAI": c.UpstreamOpenAI, "UpstreamAnthropic": c.UpstreamAnthropic} {
+		if u != "" && !isHTTPURL(u) {
+			return fmt.Errorf("proxy: %s %q: want an http:// or https:// URL with a host", name, u)
+		}
 	}
 	if !ctxmgr.IsPreset(c.Preset) {
 		return fmt.Errorf("proxy: unknown preset %q (known: %v)", c.Preset, ctxmgr.Presets())
@@ -151,8 +177,8 @@ func (c Config) validate() error {
 		if r.Format != FormatOpenAI && r.Format != FormatAnthropic {
 			return fmt.Errorf("proxy: route %q: format %q must be openai or anthropic", r.ModelPrefix, r.Format)
 		}
-		if r.URL == "" {
-			return fmt.Errorf("proxy: route %q: empty url", r.ModelPrefix)
+		if !isHTTPURL(r.URL) {
+			return fmt.Errorf("proxy: route %q: url %q: want an http:// or https:// URL with a host", r.ModelPrefix, r.URL)
 		}
 	}
 	for _, m := range c.Models {
@@ -166,11 +192,17 @@ func (c Config) validate() error {
 	return nil
 }
 
+// isHTTPURL reports whether raw is an absolute http or https URL with a host.
+func isHTTPURL(raw string) bool {
+	u, err := url.Parse(raw)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
+
 // upstream returns the base URL for a request of format f and model.
 func (c *Config) upstream(f Format, model string) string {
 	best, n := "", -1
 	for _, r := range c.Routes {
-		if r.Format == f && strings.HasPrefix(model, r.ModelPrefix) && len(r.ModelPrefix) > n {
+		if (r.Format == f || f == FormatResponses && r.Format == FormatOpenAI) && strings.HasPrefix(model, r.ModelPrefix) && len(r.ModelPrefix) > n {
 			best, n = r.URL, len(r.ModelPrefix)
 		}
 	}
@@ -255,7 +287,8 @@ func longestPrefix(list []ModelLimits, model string) (ModelLimits, bool) {
 //	  "shutdown_timeout": "30s",
 //	  "routes": [{"model_prefix": "llama", "format": "openai", "url": "http://127.0.0.1:8080"}],
 //	  "models": [{"prefix": "gpt-4o", "window": 128000, "max_output": 16384},
-//	             {"prefix": "claude-", "window": 200000, "max_output": 32000}]
+//	             {"prefix": "claude-", "window": 200000, "max_output": 32000}],
+//	  "summarizer": {"format": "openai", "model": "gpt-4o-mini", "key_env": "OPENAI_API_KEY", "timeout": "60s"}
 //	}
 type FileConfig struct {
 	Listen            string        `json:"listen,omitempty"`
@@ -271,6 +304,26 @@ type FileConfig struct {
 	DisableReadTool   bool          `json:"disable_read_tool,omitempty"`
 	Routes            []Route       `json:"routes,omitempty"`
 	Models            []ModelLimits `json:"models,omitempty"`
+	// Summarizer configures an LLM summarizer (`ctxmgr serve --summarizer-*`); absent: the
+	// extractive one.
+	Summarizer *SummarizerConfig `json:"summarizer,omitempty"`
+}
+
+// SummarizerConfig is the "summarizer" object of the configuration file: the LLM that writes
+// summaries. Example:
+//
+//	"summarizer": {"format": "openai", "model": "gpt-4o-mini", "key_env": "OPENAI_API_KEY", "timeout": "60s"}
+//
+// Format defaults to the format of the one upstream configured (openai when both are); URL
+// defaults to that upstream ("/v1" appended for openai); KeyEnv names the environment
+// variable holding the API key (default OPENAI_API_KEY or ANTHROPIC_API_KEY; "" sends no
+// key, for a local server). Timeout bounds each attempt (default 60s).
+type SummarizerConfig struct {
+	Format  string   `json:"format,omitempty"`
+	Model   string   `json:"model"`
+	URL     string   `json:"url,omitempty"`
+	KeyEnv  *string  `json:"key_env,omitempty"`
+	Timeout Duration `json:"timeout,omitempty"`
 }
 
 // Duration is a time.Duration that reads "30s" or a number of seconds in JSON.

@@ -14,7 +14,7 @@ import (
 	"github.com/ctxmgr/ctxmgr/wire"
 )
 
-// Token counting endpoints (POST /v1/messages/count_tokens).
+// Token counting endpoints (POST /v1/messages/count_tokens, POST /v1/responses/input_tokens).
 //
 // A client that counts its own history to decide when to compact (Claude Code does) would
 // otherwise count what it keeps, not what the proxy sends, and compact a history the proxy
@@ -36,11 +36,15 @@ func (s *Server) handleCountTokens(f Format) http.HandlerFunc {
 			return
 		}
 		dec, err := wire.Decode(wire.Format(f), body)
-		if err == nil {
+		if err == nil && providerState(f, dec) == "" {
 			if n, id, ok := s.managedCount(r.Context(), f, r.Header.Get(SessionHeader), dec); ok {
 				w.Header().Set("Content-Type", "application/json")
 				w.Header().Set(SessionHeader, id)
-				_, _ = io.WriteString(w, `{"input_tokens":`+strconv.Itoa(n)+`}`)
+				if f == FormatResponses {
+					_, _ = io.WriteString(w, `{"object":"response.input_tokens","input_tokens":`+strconv.Itoa(n)+`}`)
+				} else {
+					_, _ = io.WriteString(w, `{"input_tokens":`+strconv.Itoa(n)+`}`)
+				}
 				s.metrics.requests.WithLabelValues(string(f), "200").Inc()
 				s.log.LogAttrs(r.Context(), slog.LevelInfo, "proxy request", slog.String("format", string(f)),
 					slog.String("path", r.URL.Path), slog.String("session", id), slog.Bool("managed", true),
@@ -87,15 +91,12 @@ func (s *Server) managedCount(ctx context.Context, f Format, header string, req 
 				ps.mu.Unlock()
 				return 0, "", false // nothing stored: an unknown conversation
 			}
+			// The session's request as it stands (its system and tools are the client's, synced
+			// on every request), plus the messages added since, counted whole.
 			c := ps.mgr.m.Config().Counter
-			st := ps.mgr.m.Stats(ps.sess)
-			tools := req.Tools
-			if ps.readTool {
-				tools = withReadTool(tools)
-			}
-			n := c.Request(&chat.Request{System: req.System, Tools: tools}).Total + st.Regions.Summary + st.Regions.History
-			for i := k; i < len(msgs); i++ {
-				n += c.Message(&msgs[i])
+			n := ps.mgr.m.Stats(ps.sess).Input
+			if news := msgs[k:]; len(news) > 0 {
+				n += c.Request(&chat.Request{Messages: news}).Total - c.Request(&chat.Request{}).Total
 			}
 			ps.mu.Unlock()
 			return n, id, true

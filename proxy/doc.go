@@ -3,8 +3,8 @@
 //
 // # Endpoints
 //
-// POST /v1/chat/completions (OpenAI) and POST /v1/messages (Anthropic), streaming (SSE) and
-// not, are forwarded to the upstream of their format (Config.UpstreamOpenAI,
+// POST /v1/chat/completions (OpenAI), POST /v1/messages (Anthropic) and POST /v1/responses
+// (the OpenAI Responses API, see responses.go), streaming (SSE) and not, are forwarded to the upstream of their format (Config.UpstreamOpenAI,
 // Config.UpstreamAnthropic, or a Route chosen by model prefix) with the conversation managed.
 // Everything the proxy does not manage passes through untouched: unknown body fields (kept
 // verbatim by package wire), request headers (Authorization, x-api-key, anthropic-version,

@@ -1,9 +1,13 @@
 package proxy
 
 import (
+	"context"
+	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	ctxmgr "github.com/ctxmgr/ctxmgr"
 )
@@ -98,4 +102,44 @@ func (m *metrics) onEvent(ev ctxmgr.Event) {
 	case ctxmgr.StepFallback:
 		m.fallbacks.Inc()
 	}
+}
+
+// registerRuntime adds the Go runtime (go_goroutines, go_memstats_*, GC) and process
+// (process_open_fds, process_resident_memory_bytes, CPU) collectors to a registry the Server
+// owns; a caller's own Registry is left as the caller made it.
+func registerRuntime(reg prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// logDecision logs at debug level what the pipeline decided for one request: the window,
+// the tokens per region before and after, each step with its reason, the summary in force
+// and whether the request's prefix changed.
+func logDecision(ctx context.Context, log *slog.Logger, rep *ctxmgr.Report, verbatim bool) {
+	if !log.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	steps := make([]string, 0, len(rep.Steps))
+	for _, ev := range rep.Steps {
+		steps = append(steps, fmt.Sprintf("%s (%s: %d -> %d tokens, %d messages)", ev.Step, ev.Reason, ev.Before, ev.After, ev.Messages))
+	}
+	decision := "rewritten"
+	switch {
+	case verbatim:
+		decision = "forwarded verbatim"
+	case len(rep.Steps) == 0:
+		decision = "fits: re-encoded, unchanged"
+	}
+	log.LogAttrs(ctx, slog.LevelDebug, "proxy: pipeline decided",
+		slog.String("decision", decision),
+		slog.Int("window", rep.Window), slog.Int("max_output", rep.MaxOutput),
+		slog.Int("input_before", rep.InputBefore), slog.Int("input_after", rep.InputAfter),
+		slog.Any("regions_before", rep.Before), slog.Any("regions_after", rep.After),
+		slog.Any("steps", steps), slog.Int("summary_version", rep.SummaryVersion),
+		slog.Int("evicted", rep.Evicted), slog.Int("pinned", rep.Pinned),
+		slog.Int("compactions", rep.Compactions), slog.Bool("prefix_changed", rep.PrefixChanged))
 }

@@ -40,6 +40,9 @@ func withReadTool(tools []chat.Tool) []chat.Tool {
 
 // stripReadTool removes the injected tool (a client never offers it itself).
 func stripReadTool(tools []chat.Tool) []chat.Tool {
+	if !slices.ContainsFunc(tools, func(t chat.Tool) bool { return t.Name == readToolName }) {
+		return tools // the same slice: see psession.setupHash
+	}
 	return slices.DeleteFunc(slices.Clone(tools), func(t chat.Tool) bool { return t.Name == readToolName })
 }
 

@@ -49,6 +49,8 @@ type Server struct {
 	sessions map[string]*psession
 	lru      *list.List
 
+	decodes *decodeCache
+
 	closed atomic.Bool
 }
 
@@ -67,6 +69,7 @@ func New(cfg Config) (*Server, error) {
 		exact:    map[string]tokens.Counter{},
 		sessions: map[string]*psession{},
 		lru:      list.New(),
+		decodes:  newDecodeCache(cfg.DecodeCacheBytes),
 	}
 	// Load the default vocabulary now rather than in the first request.
 	if c, err := tokens.ForEncoding(tokens.O200kBase); err == nil {
@@ -76,6 +79,9 @@ func New(cfg Config) (*Server, error) {
 	reg := cfg.Registry
 	if reg == nil {
 		r := prometheus.NewRegistry()
+		if err := registerRuntime(r); err != nil {
+			return nil, fmt.Errorf("proxy: metrics: %w", err)
+		}
 		reg, s.gatherer = r, r
 	} else if g, ok := reg.(prometheus.Gatherer); ok {
 		s.gatherer = g
@@ -89,6 +95,8 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.handleChat(w, r, FormatOpenAI) })
 	mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { s.handleChat(w, r, FormatAnthropic) })
 	mux.HandleFunc("POST /v1/messages/count_tokens", s.handleCountTokens(FormatAnthropic))
+	mux.HandleFunc("POST /v1/responses", func(w http.ResponseWriter, r *http.Request) { s.handleChat(w, r, FormatResponses) })
+	mux.HandleFunc("POST /v1/responses/input_tokens", s.handleCountTokens(FormatResponses))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "ok\n")
@@ -248,13 +256,13 @@ func (s *Server) handlePassthrough(w http.ResponseWriter, r *http.Request) {
 	}
 	target, err := targetURL(base, r)
 	if err != nil {
-		writeError(w, f, http.StatusBadGateway, "api_error", err.Error())
+		writeError(w, f, http.StatusBadGateway, "api_error", RedactText(err.Error()))
 		return
 	}
 	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	req, err := http.NewRequestWithContext(r.Context(), r.Method, target, body)
 	if err != nil {
-		writeError(w, f, http.StatusBadRequest, "invalid_request_error", err.Error())
+		writeError(w, f, http.StatusBadRequest, "invalid_request_error", RedactText(err.Error()))
 		return
 	}
 	copyRequestHeaders(req.Header, r.Header)
@@ -266,8 +274,9 @@ func (s *Server) handlePassthrough(w http.ResponseWriter, r *http.Request) {
 			writeError(w, f, http.StatusRequestEntityTooLarge, "request_too_large", fmt.Sprintf("request body above %d bytes", s.cfg.MaxBodyBytes))
 			return
 		}
-		s.log.Warn("proxy: upstream unreachable", slog.String("path", r.URL.Path), slog.String("error", err.Error()))
-		writeError(w, f, http.StatusBadGateway, "api_error", "upstream unreachable: "+err.Error())
+		msg := RedactText(err.Error())
+		s.log.Warn("proxy: upstream unreachable", slog.String("path", r.URL.Path), slog.String("error", msg))
+		writeError(w, f, http.StatusBadGateway, "api_error", "upstream unreachable: "+msg)
 		return
 	}
 	defer resp.Body.Close()
@@ -321,6 +330,7 @@ type exchange struct {
 	maxField string
 	bps      []breakpoint
 	bpRoom   int
+	hashes   []nhash // of dec.Messages
 
 	log        *slog.Logger
 	upstreamNS int64
@@ -359,8 +369,9 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 		return
 	}
 	x := &exchange{s: s, w: sw, r: r, format: format, log: s.log, body: body}
-	dec, derr := wire.Decode(wire.Format(format), body)
+	dec, hashes, derr := s.decodes.decode(format, body)
 	if derr == nil {
+		x.hashes = hashes
 		x.dec = dec
 		_ = json.Unmarshal(dec.Extra["model"], &x.model)
 		x.stream = boolField(dec.Extra, "stream")
@@ -374,13 +385,20 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 		return
 	}
 	if x.target, err = targetURL(base, r); err != nil {
-		writeError(sw, format, http.StatusBadGateway, "api_error", err.Error())
+		writeError(sw, format, http.StatusBadGateway, "api_error", RedactText(err.Error()))
 		return
 	}
 	if derr != nil {
 		// Not a body the proxy understands: the upstream gives the real error.
 		s.metrics.unmanaged.WithLabelValues(ReasonDecode).Inc()
 		attrs = append(attrs, slog.Bool("managed", false), slog.String("reason", ReasonDecode), slog.String("unmanaged", derr.Error()))
+		x.forward(r.Context(), body)
+		return
+	}
+	if reason := providerState(format, dec); reason != "" {
+		// The history lives on the provider (responses.go): nothing to manage here.
+		s.metrics.unmanaged.WithLabelValues(ReasonProviderState).Inc()
+		attrs = append(attrs, slog.Bool("managed", false), slog.String("reason", ReasonProviderState), slog.String("unmanaged", reason))
 		x.forward(r.Context(), body)
 		return
 	}
@@ -494,7 +512,11 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 		x.bpRoom = maxBreakpoints - setupBreakpoints(dec.System, dec.Tools)
 	}
 	base, src := sessionKey(x.r.Header.Get(SessionHeader), dec, msgs)
-	ps, branched, err := s.openSession(ctx, base, mgr, key, dec, msgs)
+	hashes := x.hashes[:len(msgs)]
+	if len(msgs) > 0 && &msgs[0] != &dec.Messages[0] {
+		hashes = hashAll(msgs) // earlier commands and their answers were taken out
+	}
+	ps, branched, err := s.openSession(ctx, base, mgr, key, dec, msgs, hashes)
 	if err != nil {
 		return nil, info, err
 	}
@@ -517,7 +539,9 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 	}
 	counter := ps.mgr.m.Config().Counter
 	p, err := ps.mgr.m.Prepare(ctx, ps.sess)
-	if err == nil && !ps.readTool {
+	if err == nil && !ps.readTool && (len(p.Report.Steps) > 0 || p.Report.Evicted > 0) {
+		// Only a step of the pipeline stores content to read back (an ingestion offload is
+		// seen when it is appended, in sync).
 		if err = s.syncReadTool(ps, dec.System, dec.Tools); err == nil && ps.readTool {
 			p, err = ps.mgr.m.Prepare(ctx, ps.sess)
 		}
@@ -546,8 +570,10 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 		x.sent, x.sentN = *dec, p.Report.InputAfter
 		x.sent.System, x.sent.Tools, x.sent.Messages = p.Request.System, p.Request.Tools, p.Request.Messages
 		info = append(info, slog.Bool("verbatim", true))
+		logDecision(ctx, x.log, &p.Report, true)
 		return x.body, info, nil
 	}
+	logDecision(ctx, x.log, &p.Report, false)
 	out, err := x.encode(p.Request, p.Report.InputAfter)
 	if err != nil {
 		return nil, info, err
@@ -613,8 +639,9 @@ func (x *exchange) forward(ctx context.Context, body []byte) {
 			if ctx.Err() != nil {
 				return
 			}
-			x.log.Warn("proxy: upstream unreachable", slog.String("error", err.Error()))
-			writeError(x.w, x.format, http.StatusBadGateway, "api_error", "upstream unreachable: "+err.Error())
+			msg := RedactText(err.Error())
+			x.log.Warn("proxy: upstream unreachable", slog.String("error", msg))
+			writeError(x.w, x.format, http.StatusBadGateway, "api_error", "upstream unreachable: "+msg)
 			return
 		}
 		if resp.StatusCode < 200 || resp.StatusCode > 299 {
@@ -746,18 +773,34 @@ func (x *exchange) followUp(ctx context.Context, asst chat.Message, calls []read
 		room -= x.window / 50 // the margin of estimated counters
 	}
 	per := room / max(1, len(calls))
-	for _, c := range calls {
-		var text string
-		isErr := false
-		if per < 64 {
-			text, isErr = "ctxmgr_read: no room left in the context window for this read; answer with what you have.", true
-		} else {
-			text, isErr = x.s.answerRead(ctx, x.id, x.mgr, x.sess, c.Args, per, counter)
-		}
-		x.reads++
-		msgs = append(msgs, chat.ToolResult(c.ID, readToolName, text, isErr))
+	if per < 64 {
+		return x.withoutRead()
 	}
-	return x.encode(chat.Request{System: req.System, Tools: req.Tools, Messages: msgs}, 0)
+	for _, c := range calls {
+		text, isErr := x.s.answerRead(ctx, x.id, x.mgr, x.sess, c.Args, per, counter)
+		x.reads++
+		res := chat.ToolResult(c.ID, readToolName, text, isErr)
+		if x.format == FormatResponses {
+			res.Name = "" // outputs carry no name there: count what is sent
+		}
+		msgs = append(msgs, res)
+	}
+	next := chat.Request{System: req.System, Tools: req.Tools, Messages: msgs}
+	if limit := x.window - x.maxOut - x.window/50; x.window > 0 && counter.Request(&next).Total > limit {
+		return x.withoutRead()
+	}
+	return x.encode(next, 0)
+}
+
+// withoutRead is the follow-up when a ctxmgr_read result has no room in the window: the
+// request sent before, which fit, without the read tool, so that the model answers with what
+// it has. Adding the call and a "no room" result instead could exceed the window (invariant
+// 2), and a placeholder must never become the assistant's reply.
+func (x *exchange) withoutRead() ([]byte, error) {
+	x.readTool = false
+	req := x.sent
+	x.log.Debug("proxy: no room for a ctxmgr_read result; asking again without the read tool")
+	return x.encode(chat.Request{System: req.System, Tools: stripReadTool(req.Tools), Messages: req.Messages}, 0)
 }
 
 // usageOf returns the input tokens a provider reports in a non-streamed answer: OpenAI
@@ -781,8 +824,11 @@ type usage struct {
 }
 
 func (u *usage) input(f Format) int {
-	if f == FormatAnthropic {
+	switch f {
+	case FormatAnthropic:
 		return u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens
+	case FormatResponses:
+		return u.InputTokens // cached tokens included
 	}
 	return u.PromptTokens
 }

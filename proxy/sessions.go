@@ -195,6 +195,23 @@ func hashSetup(system []chat.Message, tools []chat.Tool) nhash {
 	return out
 }
 
+// setupHash is hashSetup(system, tools), remembered for the slices it was last computed on:
+// a body decoded from where it differs shares its system and tools with the previous one
+// (decode.go), so a steady conversation hashes its tool definitions once, not per request.
+func (ps *psession) setupHash(system []chat.Message, tools []chat.Tool) nhash {
+	if ps.setupRef.valid && sameSlice(system, ps.setupRef.system) && sameSlice(tools, ps.setupRef.tools) {
+		return ps.setupRef.hash
+	}
+	h := hashSetup(system, tools)
+	ps.setupRef.system, ps.setupRef.tools, ps.setupRef.hash, ps.setupRef.valid = system, tools, h, true
+	return h
+}
+
+// sameSlice reports whether a and b are the same slice (same array, same length).
+func sameSlice[T any](a, b []T) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
 // psession is the proxy's side of a session: the ctxmgr Session, the normalized hashes of
 // its history and the system/tools it was last given. mu serializes the requests of one
 // session while they touch its state (not while the upstream answers).
@@ -210,7 +227,14 @@ type psession struct {
 	readTool bool
 	// created: the last load found no history (a new session, or a new branch).
 	created bool
-	elem    *list.Element
+	// setupRef remembers the slices setupHash last hashed.
+	setupRef struct {
+		system []chat.Message
+		tools  []chat.Tool
+		hash   nhash
+		valid  bool
+	}
+	elem *list.Element
 }
 
 // acquire returns the session with this id from the cache (a fresh one if absent), locked.
@@ -250,15 +274,17 @@ func (s *Server) load(ctx context.Context, ps *psession, m *managed, key manager
 	for i := range hist {
 		ps.orig += s.origTokens(c, &hist[i])
 	}
-	ps.setup = hashSetup(system, tools)
+	ps.setup = ps.setupHash(system, tools)
 	ps.readTool = false
-	s.snapshotConfig(ctx, ps.id, m, key)
+	s.snapshotConfig(ctx, ps.id, m, key, system, tools)
 	return s.syncReadTool(ps, system, tools)
 }
 
 // snapshotConfig records the configuration a session is managed with, best effort (it is a
-// record for operators; a failure is logged).
-func (s *Server) snapshotConfig(ctx context.Context, id string, m *managed, key managerKey) {
+// record for operators; a failure is logged). It includes the system prompt and tools the
+// session is given (the ctxmgr_read tool included once injected), so that `ctxmgr sessions
+// show` counts the same regions /context does; it is rewritten when they change.
+func (s *Server) snapshotConfig(ctx context.Context, id string, m *managed, key managerKey, system []chat.Message, tools []chat.Tool) {
 	cs, ok := s.cfg.Store.(store.ConfigStore)
 	if !ok {
 		return
@@ -267,6 +293,7 @@ func (s *Server) snapshotConfig(ctx context.Context, id string, m *managed, key 
 	snap, err := json.Marshal(map[string]any{
 		"preset": s.cfg.Preset, "window": key.window, "max_output": key.maxOutput, "counter": c.Counter.Name(),
 		"threshold": c.Budget.Threshold, "reserve": c.Budget.Reserve, "tool_result_cap": c.ToolResultCap,
+		"system": system, "tools": tools,
 	})
 	if err != nil {
 		return
@@ -294,6 +321,7 @@ func (s *Server) syncReadTool(ps *psession, system []chat.Message, tools []chat.
 		return err
 	}
 	ps.readTool = true
+	s.snapshotConfig(context.Background(), ps.id, ps.mgr, ps.key, system, withReadTool(tools))
 	return nil
 }
 
@@ -313,7 +341,7 @@ func (s *Server) sync(ctx context.Context, ps *psession, m *managed, key manager
 		if len(ps.hashes) > len(hashes) || !slices.Equal(ps.hashes, hashes[:len(ps.hashes)]) {
 			return errBranch
 		}
-		if setup := hashSetup(system, tools); setup != ps.setup {
+		if setup := ps.setupHash(system, tools); setup != ps.setup {
 			t := tools
 			if ps.readTool {
 				t = withReadTool(tools)
@@ -322,6 +350,7 @@ func (s *Server) sync(ctx context.Context, ps *psession, m *managed, key manager
 				return err
 			}
 			ps.setup = setup
+			s.snapshotConfig(ctx, ps.id, m, key, system, t)
 		}
 		news := msgs[len(ps.hashes):]
 		if len(news) == 0 {
@@ -333,6 +362,9 @@ func (s *Server) sync(ctx context.Context, ps *psession, m *managed, key manager
 			c := ps.mgr.m.Config().Counter
 			for i := range news {
 				ps.orig += s.origTokens(c, &news[i])
+			}
+			if !offloadable(news, ps.mgr.m.Config().ToolResultCap) {
+				return nil // nothing appended was stored apart: the read tool is as it was
 			}
 			break
 		}
@@ -346,6 +378,24 @@ func (s *Server) sync(ctx context.Context, ps *psession, m *managed, key manager
 		}
 	}
 	return s.syncReadTool(ps, system, tools)
+}
+
+// offloadable reports whether an appended message may have been offloaded at ingestion: a
+// tool result above the cap.
+func offloadable(msgs []chat.Message, limit int) bool {
+	for i := range msgs {
+		if msgs[i].Role != chat.RoleTool || limit <= 0 {
+			continue
+		}
+		n := 0
+		for _, p := range msgs[i].Content {
+			n += len(p.Text) + len(p.Raw)
+		}
+		if n > limit {
+			return true
+		}
+	}
+	return false
 }
 
 // storedCopies returns the messages as the session stores them: without cache breakpoints,
@@ -421,7 +471,8 @@ func sanitizeID(prefix, s string) string {
 }
 
 // sessionKey picks the session of a request: the X-Ctxmgr-Session header, else the Anthropic
-// metadata.user_id, else a hash of the system prompt and the first user message.
+// metadata.user_id, else the OpenAI prompt_cache_key, else a hash of the system prompt and the
+// first user message.
 func sessionKey(header string, req *chat.Request, msgs []chat.Message) (id, source string) {
 	if header != "" {
 		return sanitizeID("", header), "header"
@@ -433,6 +484,11 @@ func sessionKey(header string, req *chat.Request, msgs []chat.Message) (id, sour
 		if json.Unmarshal(raw, &md) == nil && md.UserID != "" {
 			return sanitizeID("user-", md.UserID), "metadata.user_id"
 		}
+	}
+	// OpenAI's prompt_cache_key: Codex CLI sends its conversation id there.
+	var pck string
+	if json.Unmarshal(req.Extra["prompt_cache_key"], &pck) == nil && pck != "" {
+		return sanitizeID("pck-", pck), "prompt_cache_key"
 	}
 	h := sha256.New()
 	for i := range req.System {
@@ -462,8 +518,7 @@ func sessionKey(header string, req *chat.Request, msgs []chat.Message) (id, sour
 //     conversationID, and is not counted as a branch, so the main conversation stays whole;
 //   - a history that shares a prefix but then differs is an edit or a rewind: a branch,
 //     branchID, counted in ctxmgr_branches_total.
-func (s *Server) openSession(ctx context.Context, base string, m *managed, key managerKey, req *chat.Request, msgs []chat.Message) (*psession, bool, error) {
-	hashes := hashAll(msgs)
+func (s *Server) openSession(ctx context.Context, base string, m *managed, key managerKey, req *chat.Request, msgs []chat.Message, hashes []nhash) (*psession, bool, error) {
 	id := base
 	branched := false
 	for depth := 0; depth < 6; depth++ {

@@ -34,8 +34,11 @@ type streamFilter interface {
 }
 
 func newFilter(f Format, readTool bool) streamFilter {
-	if f == FormatAnthropic {
+	switch f {
+	case FormatAnthropic:
 		return &anthropicFilter{readTool: readTool}
+	case FormatResponses:
+		return &responsesFilter{readTool: readTool}
 	}
 	return &openaiFilter{readTool: readTool}
 }
@@ -89,7 +92,7 @@ func (x *exchange) relayStream(ctx context.Context, resp *http.Response) {
 			err = &upstreamStatus{status: r2.StatusCode, body: b}
 		}
 		if err != nil {
-			x.log.Warn("proxy: ctxmgr_read follow-up failed", slog.String("error", err.Error()))
+			x.log.Warn("proxy: ctxmgr_read follow-up failed", slog.String("error", RedactText(err.Error())))
 			_, _ = x.w.Write(f.abort("\n[ctxmgr: could not read back stored content]"))
 			flush(x.w)
 			return
@@ -509,6 +512,9 @@ func (f *anthropicFilter) abort(note string) []byte {
 // findReads looks for ctxmgr_read calls in a non-streamed answer. It returns the assistant
 // message, the calls, and whether the answer also calls other tools (mixed).
 func findReads(f Format, data []byte) (chat.Message, []readCall, bool, bool) {
+	if f == FormatResponses {
+		return findReadsResponses(data)
+	}
 	if f == FormatAnthropic {
 		var v struct {
 			Content []json.RawMessage `json:"content"`
@@ -574,6 +580,9 @@ func stripReads(f Format, data []byte) []byte {
 		return data
 	}
 	note := "[ctxmgr: stored content could not be read back]"
+	if f == FormatResponses {
+		return stripReadsResponses(top, note)
+	}
 	if f == FormatAnthropic {
 		var content []json.RawMessage
 		_ = json.Unmarshal(top["content"], &content)

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"encoding/json"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -206,6 +207,27 @@ func TestModelLimits(t *testing.T) {
 	for _, c := range cases {
 		if w, _ := c.cfg.limits(c.model); w != c.window {
 			t.Errorf("%s: window %d, want %d", c.model, w, c.window)
+		}
+	}
+}
+
+func TestSessionKeySources(t *testing.T) {
+	user := []chat.Message{chat.TextMessage(chat.RoleUser, "hi")}
+	cases := []struct {
+		header string
+		extra  map[string]json.RawMessage
+		id     string
+		source string
+	}{
+		{"mine", map[string]json.RawMessage{"prompt_cache_key": json.RawMessage(`"c1"`)}, "mine", "header"},
+		{"", map[string]json.RawMessage{"metadata": json.RawMessage(`{"user_id":"u1"}`), "prompt_cache_key": json.RawMessage(`"c1"`)}, "user-u1", "metadata.user_id"},
+		{"", map[string]json.RawMessage{"prompt_cache_key": json.RawMessage(`"019a-conv"`)}, "pck-019a-conv", "prompt_cache_key"},
+		{"", map[string]json.RawMessage{"prompt_cache_key": json.RawMessage(`""`)}, "", "hash"},
+	}
+	for _, c := range cases {
+		id, source := sessionKey(c.header, &chat.Request{Extra: c.extra, Messages: user}, user)
+		if source != c.source || c.id != "" && id != c.id {
+			t.Errorf("%v: %s (%s), want %s (%s)", c.extra, id, source, c.id, c.source)
 		}
 	}
 }

@@ -127,6 +127,7 @@ type sText struct {
 	Fill   string
 	Text   string
 	Rotate bool
+	Class  string // "label": a data label, checked for overlaps in the browser
 }
 
 var palette = map[string]string{
@@ -165,14 +166,29 @@ func niceTicks(lo, hi float64, n int) []float64 {
 			break
 		}
 	}
+	// Each tick is computed from its index (no accumulated rounding error) and rounded to the
+	// step's precision, so that a tick meant to be 0 is 0, never -1e-17 (which prints "-0").
 	var out []float64
-	for v := math.Ceil(lo/step-1e-9) * step; v <= hi+step*1e-9; v += step {
+	first := math.Ceil(lo/step - 1e-9)
+	for i := 0.0; ; i++ {
+		v := (first + i) * step
+		if v > hi+step*1e-9 {
+			break
+		}
+		v = math.Round(v/mag*1e6) / 1e6 * mag
+		if v == 0 {
+			v = 0 // no negative zero
+		}
 		out = append(out, v)
 	}
 	return out
 }
 
+// fmtTick formats a tick value: 1.5M, 20k, 0.98; never "-0".
 func fmtTick(v float64) string {
+	if math.Abs(v) < 1e-9 {
+		return "0"
+	}
 	switch a := math.Abs(v); {
 	case a >= 1e6:
 		return strconv.FormatFloat(v/1e6, 'f', -1, 64) + "M"
@@ -308,12 +324,21 @@ func (r *Result) barChart(id, title string, value func(*Totals) float64, format 
 	return s
 }
 
-// scatterChart: cost against recall, one point per strategy, with the Pareto frontier (the
-// strategies that no other one beats on both: cheaper or as cheap, and recalling as much
-// or more).
+// scatterCaption is the caption of the cost-recall scatter.
+const scatterCaption = "Upper left is better: cheaper (left) and recalling more (up). The dashed line joins the Pareto frontier " +
+	"of the strategies that never overflowed the window nor sent an invalid request: no other such strategy costs less " +
+	"and recalls more. Hollow points did overflow (or send invalid requests): their requests would have been rejected, " +
+	"so they are not eligible however cheap they look."
+
+// eligible reports whether a strategy may be on the Pareto frontier: every request it
+// prepared would have been accepted (no overflow, no invalid tool-call pairing).
+func eligible(t *Totals) bool { return t.Overflows == 0 && t.Invalid == 0 }
+
+// scatterChart: cost against recall, one point per strategy, with the Pareto frontier of the
+// eligible strategies (the ones that no other eligible one beats on both: cheaper or as
+// cheap, and recalling as much or more). Labels are placed so that they do not overlap.
 func (r *Result) scatterChart() *scene {
-	s := &scene{ID: "frontier", W: 640, H: 420, Title: "Cost against recall (all trajectories)",
-		Caption: "Lower right is better. The line joins the Pareto frontier: no other strategy costs less and recalls more."}
+	s := &scene{ID: "frontier", W: 640, H: 420, Title: "Cost against recall (all trajectories)", Caption: scatterCaption}
 	if len(r.Strategies) == 0 {
 		return s
 	}
@@ -329,10 +354,12 @@ func (r *Result) scatterChart() *scene {
 	}
 	rlo := math.Max(0, math.Floor((rmin-0.005)*100)/100)
 	f := &frame{x0: 70, y0: 20, x1: float64(s.W) - 30, y1: float64(s.H) - 50, xmin: math.Max(0, cmin-pad), xmax: cmax + pad, ymin: rlo, ymax: 1.002}
-	f.axes(s, "cost (units of 1M input tokens)", "recall", niceTicks(f.xmin, f.xmax, 6), niceTicks(rlo, 1, 5))
-	idx := make([]int, len(r.Strategies))
-	for i := range idx {
-		idx[i] = i
+	f.axes(s, "cost (units of 1M input tokens) — cheaper is left", "recall — higher is better", niceTicks(f.xmin, f.xmax, 6), niceTicks(rlo, 1, 5))
+	idx := make([]int, 0, len(r.Strategies))
+	for i := range r.Strategies {
+		if eligible(&r.Strategies[i]) {
+			idx = append(idx, i)
+		}
 	}
 	sort.SliceStable(idx, func(a, b int) bool {
 		ta, tb := &r.Strategies[idx[a]], &r.Strategies[idx[b]]
@@ -342,33 +369,125 @@ func (r *Result) scatterChart() *scene {
 		return ta.Recall > tb.Recall
 	})
 	var front []string
+	var names []string
 	best := math.Inf(-1)
 	for _, i := range idx {
 		t := &r.Strategies[i]
 		if t.Recall > best {
 			best = t.Recall
 			front = append(front, pt(f.px(t.Cost), f.py(t.Recall)))
+			names = append(names, t.Name)
 		}
 	}
-	if len(front) > 1 {
-		s.Polys = append(s.Polys, sPoly{Points: strings.Join(front, " "), Stroke: "#333", Width: 1.2, Dash: "5 3", Title: "Pareto frontier"})
-	} else {
-		// One strategy beats all others on both counts: ring it.
-		i := idx[0]
-		s.Circles = append(s.Circles, sCircle{X: f.px(r.Strategies[i].Cost), Y: f.py(r.Strategies[i].Recall), R: 11, Fill: "none", Stroke: "#333",
-			Title: "Pareto frontier: " + r.Strategies[i].Name + " is cheapest and recalls most"})
+	switch {
+	case len(front) > 1:
+		s.Polys = append(s.Polys, sPoly{Points: strings.Join(front, " "), Stroke: "#333", Width: 1.2, Dash: "5 3", Title: "Pareto frontier: " + strings.Join(names, ", ")})
+	case len(front) == 1:
+		// One eligible strategy beats all other eligible ones on both counts: ring it.
+		t := &r.Strategies[idx[0]]
+		s.Circles = append(s.Circles, sCircle{X: f.px(t.Cost), Y: f.py(t.Recall), R: 11, Fill: "none", Stroke: "#333",
+			Title: "Pareto frontier: " + t.Name + " is the cheapest of the strategies that never overflowed, and recalls most"})
+	default:
+		s.Caption += " No strategy was eligible: every one overflowed the window or sent an invalid request."
 	}
-	for i, t := range r.Strategies {
+	pl := &labelPlacer{bounds: box{x0: f.x0 + 2, y0: 2, x1: float64(s.W) - 2, y1: f.y1 - 2}}
+	for _, t := range r.Strategies {
+		pl.points = append(pl.points, box{x0: f.px(t.Cost) - 7, y0: f.py(t.Recall) - 7, x1: f.px(t.Cost) + 7, y1: f.py(t.Recall) + 7})
+	}
+	for _, t := range r.Strategies {
 		x, y := f.px(t.Cost), f.py(t.Recall)
-		s.Circles = append(s.Circles, sCircle{X: x, Y: y, R: 6, Fill: strategyColor(t.Name), Stroke: "#fff", Class: "data",
-			Title: fmt.Sprintf("%s: cost %.3f, recall %.4f", t.Name, t.Cost, t.Recall)})
-		dy := -10.0
-		if i%2 == 1 {
-			dy = 18
+		fill, title, label := strategyColor(t.Name), fmt.Sprintf("%s: cost %.3f, recall %.4f", t.Name, t.Cost, t.Recall), t.Name
+		if !eligible(&t) {
+			fill = "#fff"
+			title += fmt.Sprintf(", %d overflows, %d invalid requests: not eligible for the frontier", t.Overflows, t.Invalid)
+			label += " (overflowed)"
+			if t.Overflows == 0 {
+				label = t.Name + " (invalid)"
+			}
 		}
-		s.Texts = append(s.Texts, sText{X: x + 8, Y: y + dy, Anchor: "start", Size: 12, Fill: "#222", Text: t.Name})
+		s.Circles = append(s.Circles, sCircle{X: x, Y: y, R: 6, Fill: fill, Stroke: strategyColor(t.Name), Class: "data", Title: title})
+		lx, ly, anchor := pl.place(x, y, label, 12)
+		s.Texts = append(s.Texts, sText{X: lx, Y: ly, Anchor: anchor, Size: 12, Fill: "#222", Text: label, Class: "label"})
+		// A label pushed away from its point gets a leader line to it.
+		b := pl.placed[len(pl.placed)-1]
+		nx, ny := math.Max(b.x0, math.Min(x, b.x1)), math.Max(b.y0, math.Min(y, b.y1))
+		if d := math.Hypot(nx-x, ny-y); d > 14 {
+			s.Lines = append(s.Lines, sLine{X1: x + (nx-x)*7/d, Y1: y + (ny-y)*7/d, X2: nx, Y2: ny, Stroke: "#999", Width: 0.8})
+		}
 	}
 	return s
+}
+
+// box is a rectangle in pixels (y down).
+type box struct{ x0, y0, x1, y1 float64 }
+
+func (a box) overlap(b box) float64 {
+	w := min(a.x1, b.x1) - max(a.x0, b.x0)
+	h := min(a.y1, b.y1) - max(a.y0, b.y0)
+	if w <= 0 || h <= 0 {
+		return 0
+	}
+	return w * h
+}
+
+func (a box) inside(b box) bool { return a.x0 >= b.x0 && a.y0 >= b.y0 && a.x1 <= b.x1 && a.y1 <= b.y1 }
+
+// textBox estimates the box of a text of size px drawn at (x, y) (the baseline) with anchor.
+// The width errs wide (0.62 em a character; system sans fonts average about 0.55).
+func textBox(x, y float64, anchor, text string, size float64) box {
+	w := 0.62 * size * float64(len([]rune(text)))
+	switch anchor {
+	case "end":
+		x -= w
+	case "middle":
+		x -= w / 2
+	}
+	return box{x0: x - 1, y0: y - 0.8*size - 1, x1: x + w + 1, y1: y + 0.25*size + 1}
+}
+
+// labelPlacer puts point labels where they overlap neither each other nor the points, trying
+// positions around the point from near to far; when none is free it takes the least covered.
+type labelPlacer struct {
+	bounds box
+	points []box
+	placed []box
+}
+
+func (p *labelPlacer) place(x, y float64, text string, size float64) (lx, ly float64, anchor string) {
+	type cand struct {
+		dx, dy float64
+		anchor string
+	}
+	var cands []cand
+	for d := 0.0; d < 10; d++ {
+		step := d * (size + 3)
+		cands = append(cands,
+			cand{9, -7 - step, "start"}, cand{9, 15 + step, "start"},
+			cand{-9, -7 - step, "end"}, cand{-9, 15 + step, "end"},
+			cand{0, -11 - step, "middle"}, cand{0, 21 + step, "middle"})
+	}
+	bestCost := math.Inf(1)
+	var best box
+	for _, c := range cands {
+		b := textBox(x+c.dx, y+c.dy, c.anchor, text, size)
+		cost := 0.0
+		if !b.inside(p.bounds) {
+			cost += 1e6
+		}
+		for _, o := range p.placed {
+			cost += 100 * b.overlap(o)
+		}
+		for _, o := range p.points {
+			cost += 10 * b.overlap(o)
+		}
+		// Prefer near positions: a small cost for distance breaks ties.
+		cost += math.Abs(c.dy) * 0.01
+		if cost < bestCost {
+			bestCost, lx, ly, anchor, best = cost, x+c.dx, y+c.dy, c.anchor, b
+		}
+	}
+	p.placed = append(p.placed, best)
+	return lx, ly, anchor
 }
 
 func pct(x float64) string {
@@ -435,6 +554,18 @@ prices “{{.Profile}}” per million tokens: uncached input {{.Prices.Uncached}
     }
     if (!(box.width > 0 && box.height > 0 && drawn)) bad.push(s.id);
   }
+  // Data labels must not overlap: compare the rendered boxes of every pair in each chart.
+  var overlaps = [];
+  for (var i = 0; i < svgs.length; i++) {
+    var ls = svgs[i].querySelectorAll("text.label"), bx = [];
+    for (var k = 0; k < ls.length; k++) bx.push(ls[k].getBBox());
+    for (var a = 0; a < bx.length; a++) for (var c = a + 1; c < bx.length; c++) {
+      var p = bx[a], q = bx[c];
+      if (p.x < q.x + q.width && q.x < p.x + p.width && p.y < q.y + q.height && q.y < p.y + p.height)
+        overlaps.push(svgs[i].id + ":" + ls[a].textContent + "/" + ls[c].textContent);
+    }
+  }
+  document.body.setAttribute("data-label-overlaps", overlaps.length === 0 ? "none" : overlaps.join(","));
   document.body.setAttribute("data-charts", String(svgs.length));
   document.body.setAttribute("data-rendered", svgs.length > 0 && bad.length === 0 ? "ok" : "fail:" + bad.join(","));
 })();
@@ -449,7 +580,7 @@ prices “{{.Profile}}” per million tokens: uncached input {{.Prices.Uncached}
 {{end}}{{range .Rects}}<rect class="data" x="{{f1 .X}}" y="{{f1 .Y}}" width="{{f1 .W}}" height="{{f1 .H}}" fill="{{.Fill}}"><title>{{.Title}}</title></rect>
 {{end}}{{range .Polys}}<polyline{{if .Class}} class="{{.Class}}"{{end}} points="{{.Points}}" fill="none" stroke="{{.Stroke}}" stroke-width="{{.Width}}"{{if .Dash}} stroke-dasharray="{{.Dash}}"{{end}} stroke-linejoin="round"><title>{{.Title}}</title></polyline>
 {{end}}{{range .Circles}}<circle class="{{.Class}}" cx="{{f1 .X}}" cy="{{f1 .Y}}" r="{{.R}}" fill="{{.Fill}}" stroke="{{.Stroke}}" stroke-width="1.2"><title>{{.Title}}</title></circle>
-{{end}}{{range .Texts}}<text x="{{f1 .X}}" y="{{f1 .Y}}" text-anchor="{{.Anchor}}" font-size="{{.Size}}" fill="{{.Fill}}"{{if .Rotate}} transform="rotate(-90 {{f1 .X}} {{f1 .Y}})"{{end}}>{{.Text}}</text>
+{{end}}{{range .Texts}}<text{{if .Class}} class="{{.Class}}"{{end}} x="{{f1 .X}}" y="{{f1 .Y}}" text-anchor="{{.Anchor}}" font-size="{{.Size}}" fill="{{.Fill}}"{{if .Rotate}} transform="rotate(-90 {{f1 .X}} {{f1 .Y}})"{{end}}>{{.Text}}</text>
 {{end}}</svg>
 <figcaption><b>{{.Title}}</b>{{if .Caption}} — {{.Caption}}{{end}}</figcaption>
 </figure>

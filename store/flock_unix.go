@@ -10,10 +10,6 @@ import (
 	"time"
 )
 
-// crossProcessLocks reports whether this platform has the advisory file locks that make the
-// file store safe for several processes sharing one directory.
-const crossProcessLocks = true
-
 // lockFD takes an advisory lock (flock(2)) on fh, exclusive or shared, waiting until it is
 // free or ctx ends. The lock belongs to the open file description: closing fh releases it,
 // and so does the death of the process.

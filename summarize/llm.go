@@ -231,10 +231,12 @@ func (s *llm) Summarize(ctx context.Context, req Request) (Result, error) {
 		return Result{}, err
 	}
 	sp := parseInstruction(req.Instruction)
+	full := req
+	req = answerRequest(req, s.o.Counter)
 	system, user := buildPrompt(req, &sp, s.o.MaxTranscriptBytes)
 	body, err := s.requestBody(system, user)
 	if err != nil {
-		return s.fallback(ctx, req, "encoding the request: "+err.Error(), 0)
+		return s.fallback(ctx, full, "encoding the request: "+err.Error(), 0)
 	}
 	reason := ""
 	attempts := 0
@@ -278,7 +280,18 @@ func (s *llm) Summarize(ctx context.Context, req Request) (Result, error) {
 		case <-t.C:
 		}
 	}
-	return s.fallback(ctx, req, reason, attempts)
+	return s.fallback(ctx, full, reason, attempts)
+}
+
+// answerRequest returns req with TargetTokens reduced by what the archive guide costs: the
+// guide is placed above the model's answer, and the target covers the whole summary.
+func answerRequest(req Request, c TokenCounter) Request {
+	if req.TargetTokens <= 0 || strings.TrimSpace(req.ArchiveGuide) == "" {
+		return req
+	}
+	g := safeCount(c, req.ArchiveGuide)
+	req.TargetTokens = max(req.TargetTokens-g, req.TargetTokens/4, 1)
+	return req
 }
 
 func (s *llm) fallback(ctx context.Context, req Request, reason string, attempts int) (Result, error) {
@@ -289,6 +302,7 @@ func (s *llm) fallback(ctx context.Context, req Request, reason string, attempts
 		return Result{}, fmt.Errorf("summarize: %s failed (%s) and the fallback failed: %w", s.name, reason, err)
 	}
 	r.Fallback = true
+	r.Summarizer = FallbackName(r.Summarizer)
 	r.FallbackReason = reason
 	r.Attempts = attempts
 	return r, nil

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -186,7 +187,9 @@ func TestLLMOpenAIGood(t *testing.T) {
 
 func checkPrompt(t *testing.T, system, user string) {
 	t.Helper()
-	for _, h := range append(Headings, hDone, hInProgress, hBlocked, "about 1000 tokens") {
+	// The target covers the whole summary: the model's part is what the archive guide leaves.
+	about := fmt.Sprintf("about %d tokens", 1000-ByteCounter{}.Text(guide))
+	for _, h := range append(Headings, hDone, hInProgress, hBlocked, about) {
 		if !strings.Contains(system, h) {
 			t.Errorf("system prompt lacks %q", h)
 		}
@@ -383,6 +386,8 @@ func TestLLMFailuresFallBack(t *testing.T) {
 		{"sorry", FormatAnthropic, reply(200, anthropicOK("I'm sorry, but I can't help with summarizing this conversation.", 10, 9)), "error text", 3},
 		{"error preamble", FormatOpenAI, reply(200, openAIOK("Upstream provider returned: internal server error\n\n"+goodAnswer, 10, 9)), "error text", 3},
 		{"refusal", FormatOpenAI, reply(200, `{"choices":[{"message":{"role":"assistant","content":null,"refusal":"I can't assist with that."},"finish_reason":"stop"}]}`), "refusal", 3},
+		{"refusal in sections", FormatOpenAI, reply(200, openAIOK(refusalInSections("- I'm sorry, I can't help with that."), 10, 90)), "invalid answer: refusal inside a section", 3},
+		{"error in sections", FormatAnthropic, reply(200, anthropicOK(refusalInSections("- Internal Server Error"), 10, 90)), "invalid answer: error text inside a section", 3},
 		{"malformed json", FormatOpenAI, reply(200, `{"choices":[{"message":{"content":"# Conversation summary`), "malformed JSON response", 3},
 		{"html 200", FormatOpenAI, reply(200, "<html><body>Gateway</body></html>"), "malformed JSON response", 3},
 		{"no choices", FormatOpenAI, reply(200, `{"choices":[]}`), "no choices", 3},
@@ -411,7 +416,7 @@ func TestLLMFailuresFallBack(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !r.Fallback || r.Summarizer != "extractive" || r.Text != want.Text {
+			if !r.Fallback || r.Summarizer != "extractive (fallback)" || r.Text != want.Text {
 				t.Errorf("not the extractive fallback: %+v", r)
 			}
 			if !strings.Contains(r.FallbackReason, c.reason) {
@@ -544,6 +549,19 @@ func TestValidateAnswer(t *testing.T) {
 		{"Hello! " + goodAnswer, &all, 0, false},
 		{"Sure! How can I help you today?\n" + goodAnswer, &all, 0, false},
 		{"**Goal**\n- x", &all, 0, false},
+		// Refusals and error texts inside the required headings (issue 10).
+		{refusalInSections("- I'm sorry, I can't help with that."), &all, 0, false},
+		{refusalInSections("I’m sorry, but I cannot summarize this conversation."), &all, 0, false},
+		{refusalInSections("- As an AI language model, I don't have access to the files."), &all, 0, false},
+		{refusalInSections("1. Unfortunately, I am unable to comply."), &all, 0, false},
+		{refusalInSections(`- {"error":{"message":"The server had an error","type":"server_error"}}`), &all, 0, false},
+		{refusalInSections("- <!DOCTYPE html><title>502 Bad Gateway</title>"), &all, 0, false},
+		{refusalInSections("- Internal Server Error"), &all, 0, false},
+		{refusalInSections("- How can I help you today?"), &all, 0, false},
+		// Errors of the conversation, quoted after a label, are content.
+		{refusalInSections("- Error: `internal server error` from the staging API (#14)"), &all, 0, true},
+		{refusalInSections("- `curl api/health` → 503 Service Unavailable (#9)"), &all, 0, true},
+		{refusalInSections("- The user said the sorry state of the tests must be fixed"), &all, 0, true},
 	}
 	for i, c := range cases {
 		err := validateAnswer(normalizeAnswer(c.text), c.sp, c.target, ByteCounter{})
@@ -551,6 +569,11 @@ func TestValidateAnswer(t *testing.T) {
 			t.Errorf("case %d: err %v, want ok=%v", i, err, c.ok)
 		}
 	}
+}
+
+// refusalInSections is an answer with every required heading and item under Key Decisions.
+func refusalInSections(item string) string {
+	return strings.Replace(goodAnswer, "## Key Decisions\n", "## Key Decisions\n"+item+"\n", 1)
 }
 
 func TestBackoffDelay(t *testing.T) {

@@ -5,6 +5,7 @@ package summarize
 
 import (
 	"context"
+	"strings"
 
 	"github.com/ctxmgr/ctxmgr/chat"
 )
@@ -34,7 +35,8 @@ type Result struct {
 	// summarizer, would have billed: the prompt with the messages, and the summary).
 	InputTokens  int
 	OutputTokens int
-	// Summarizer names what produced Text ("extractive", "llm:<model>").
+	// Summarizer names what produced Text ("extractive", "llm:<model>"; a summarizer standing
+	// in for a failed one is named by FallbackName: "extractive (fallback)").
 	Summarizer string
 	// Fallback is set when an LLM summarizer failed and the extractive one stood in;
 	// FallbackReason says why (timeout, HTTP 529, answer without headings, ...).
@@ -43,6 +45,17 @@ type Result struct {
 	// Attempts counts LLM calls made.
 	Attempts int
 }
+
+// FallbackName is the name recorded for a summary made by a fallback summarizer named name
+// ("extractive" gives "extractive (fallback)", as store.Summary documents).
+func FallbackName(name string) string {
+	if strings.HasSuffix(name, fallbackSuffix) {
+		return name
+	}
+	return name + fallbackSuffix
+}
+
+const fallbackSuffix = " (fallback)"
 
 // Summarizer produces summaries. Implementations are safe for concurrent use. An error means
 // no summary at all (the caller keeps the history as it was); a summarizer must never return

@@ -61,6 +61,9 @@ func validateAnswer(text string, sp *instrSpec, target int, c TokenCounter) erro
 			return fmt.Errorf("greeting: %q", oneLine(firstBytes(t, 120), 80))
 		}
 	}
+	if err := checkSections(t); err != nil {
+		return err
+	}
 	var missing []string
 	for _, h := range sp.required() {
 		if !hasHeading(t, h) {
@@ -76,6 +79,81 @@ func validateAnswer(text string, sp *instrSpec, target int, c TokenCounter) erro
 		}
 	}
 	return nil
+}
+
+// itemRefusals start a section item that is the model refusing or apologizing, never a fact
+// of the conversation (compared in lowercase against the item without its bullet).
+var itemRefusals = []string{
+	"i'm sorry", "i’m sorry", "i am sorry", "sorry, i", "sorry, but", "i apologize", "my apologies", "i cannot", "i can't", "i can’t",
+	"i can not", "i'm unable", "i’m unable", "i am unable", "i won't", "i will not", "i'm not able", "i am not able",
+	"as an ai", "as a language model", "as an assistant", "unfortunately, i", "i'm afraid i", "i am afraid i",
+	"i don't have access", "i do not have access", "i'm not comfortable", "i must decline", "i have to decline",
+}
+
+// itemErrors start a section item that is an error text standing in for content (an API or
+// gateway error body, an HTML error page), never a summary item: a summary quotes the
+// conversation's errors after a label ("- Error: ...", "`cmd` → exit 1: ...").
+var itemErrors = []string{
+	"<!doctype", "<html", "{\"error\"", "{\"type\":\"error\"", "internal server error", "bad gateway", "service unavailable",
+	"gateway timeout", "an error occurred", "error occurred while", "request failed", "upstream connect error",
+	"upstream request timeout", "the server had an error", "the model is overloaded", "rate limit exceeded",
+	"rate limit reached", "too many requests", "content filter", "content_filter", "content management policy",
+}
+
+// checkSections rejects an answer with the right headings whose sections hold a refusal or
+// an error text instead of content: "I'm sorry, I can't help with that." as an item.
+func checkSections(t string) error {
+	seen := false
+	for len(t) > 0 {
+		line := t
+		if i := strings.IndexByte(t, '\n'); i >= 0 {
+			line, t = t[:i], t[i+1:]
+		} else {
+			t = ""
+		}
+		l := strings.TrimSpace(line)
+		if strings.HasPrefix(l, "#") {
+			seen = true
+			continue
+		}
+		if !seen || l == "" {
+			continue
+		}
+		item := strings.ToLower(strings.TrimSpace(strings.Trim(trimBullet(l), "*_>\"“ ")))
+		for _, p := range itemRefusals {
+			if strings.HasPrefix(item, p) {
+				return fmt.Errorf("refusal inside a section: %q", oneLine(firstBytes(l, 120), 80))
+			}
+		}
+		for _, p := range itemErrors {
+			if strings.HasPrefix(item, p) {
+				return fmt.Errorf("error text inside a section: %q", oneLine(firstBytes(l, 120), 80))
+			}
+		}
+		for _, p := range greetingPhrases {
+			if strings.Contains(item, p) {
+				return fmt.Errorf("greeting inside a section: %q", oneLine(firstBytes(l, 120), 80))
+			}
+		}
+	}
+	return nil
+}
+
+// trimBullet drops a list marker ("- ", "* ", "+ ", "1. ", "1) ") from a line.
+func trimBullet(l string) string {
+	for _, m := range []string{"- ", "* ", "+ ", "• "} {
+		if strings.HasPrefix(l, m) {
+			return strings.TrimSpace(l[len(m):])
+		}
+	}
+	i := 0
+	for i < len(l) && l[i] >= '0' && l[i] <= '9' {
+		i++
+	}
+	if i > 0 && i+1 < len(l) && (l[i] == '.' || l[i] == ')') && l[i+1] == ' ' {
+		return strings.TrimSpace(l[i+2:])
+	}
+	return l
 }
 
 // preamble returns the text before the first heading line (all of it, bounded, if none).

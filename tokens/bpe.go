@@ -182,8 +182,18 @@ func (c *bpeCounter) Text(s string) int {
 		s = replaceInvalid(s)
 	}
 	n := 0
+	// A long run is cut into equal slices: count a slice like the one before it once (the
+	// count is a function of the slice's text alone), so 20 MB of one character costs one
+	// slice, not 40 000 quadratic encodings of the same 512 bytes.
+	var last string
+	lastN := 0
 	cutLongRuns(s, maxPieceBytes, func(seg string) {
-		n += c.enc.count(seg)
+		if len(seg) == len(last) && seg == last {
+			n += lastN
+			return
+		}
+		last, lastN = seg, c.enc.count(seg)
+		n += lastN
 	})
 	return n
 }

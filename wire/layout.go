@@ -32,7 +32,14 @@ type Layout struct {
 	open, close int
 	ends        []int
 	count       []int
+	// reused is how many of req.Messages were taken from the layout this one was decoded
+	// from (DecodeNext), 0 for a whole decode.
+	reused int
 }
+
+// Reused returns how many leading messages of the request were taken as they were from the
+// previous layout's request (0 when the body was decoded whole).
+func (l *Layout) Reused() int { return l.reused }
 
 // Request returns the decoded request. It must not be modified.
 func (l *Layout) Request() *chat.Request { return l.req }
@@ -195,7 +202,7 @@ func decodeNext(f Format, body []byte, prev *Layout) (*chat.Request, *Layout, bo
 	out := *prev.req
 	msgs := make([]chat.Message, kept-nsys, kept-nsys+len(raws)+1)
 	copy(msgs, prev.req.Messages[:kept-nsys])
-	l := &Layout{format: f, body: body, req: &out, open: prev.open, close: closeAt,
+	l := &Layout{format: f, body: body, req: &out, open: prev.open, close: closeAt, reused: kept - nsys,
 		ends: append(prev.ends[:k:k], ends...), count: append(prev.count[:k:k], make([]int, 0, len(raws))...)}
 	var names map[string]string
 	if f == Anthropic {

@@ -112,6 +112,10 @@ func decodeOpenAIMessage(i int, raw json.RawMessage) (chat.Message, error) {
 		m.Role = chat.Role(role)
 	case "developer":
 		m.Role, m.WireRole = chat.RoleSystem, role
+	case "function":
+		// The deprecated answer to an assistant's function_call (kept verbatim in its Extra):
+		// it carries no call id to pair, so it is modelled as user input, spelled back as is.
+		m.Role, m.WireRole = chat.RoleUser, role
 	default:
 		return m, &chat.Error{Index: i, Field: "role", Err: chat.ErrUnknownRole, Detail: fmt.Sprintf("%q", role)}
 	}

@@ -103,6 +103,7 @@ var openAIBodies = []string{
 	`{"messages":[{"role":"user","content":[{"type":"file","file":{"file_id":"f-1","filename":"a.pdf"}},{"type":"text","text":"x","cache_control":{"type":"ephemeral"}}]},{"role":"assistant"}]}`,
 	`[{"role":"user","content":""},{"role":"assistant","content":"","tool_calls":[]}]`,
 	`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAIAAAADCAYAAAC56t6BAAAAEklEQVR4nGP4z8DAwMDAxMAAAAwpAQMBv7HSAAAAAElFTkSuQmCC"}}]}]}`,
+	`{"model":"gpt-3.5-turbo","functions":[{"name":"f","parameters":{"type":"object"}}],"messages":[{"role":"user","content":"call f"},{"role":"assistant","content":null,"function_call":{"name":"f","arguments":"{}"}},{"role":"function","name":"f","content":"42"}]}`,
 }
 
 func TestRoundTripOpenAI(t *testing.T) {
@@ -295,8 +296,14 @@ func FuzzDecode(f *testing.F) {
 		if anthropic {
 			other = OpenAI
 		}
-		if cross, err := Encode(other, req); err == nil && !json.Valid(cross) {
-			t.Fatalf("cross-format encoding is not valid JSON:\n%s", cross)
+		for _, f := range []Format{other, Responses} {
+			if cross, err := Encode(f, req); err == nil && !json.Valid(cross) {
+				t.Fatalf("cross-format encoding (%s) is not valid JSON:\n%s", f, cross)
+			} else if err == nil && f == Responses {
+				if _, err := DecodeResponses(cross); err != nil {
+					t.Fatalf("our Responses encoding does not decode: %v\n%s", err, cross)
+				}
+			}
 		}
 		out, err := Encode(format, req)
 		if err != nil {

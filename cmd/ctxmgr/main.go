@@ -10,6 +10,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -65,7 +66,7 @@ func newRootCmd() *cobra.Command {
 		Short: "Manage the context window of LLM conversations",
 		Long: `ctxmgr manages what goes into the context window of an LLM conversation:
 it counts tokens exactly, and keeps requests within a model's budget.`,
-		Version:           buildVersion(),
+		Version:           readVersionInfo().String(),
 		SilenceUsage:      true,
 		SilenceErrors:     true,
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
@@ -78,13 +79,21 @@ it counts tokens exactly, and keeps requests within a model's budget.`,
 		newReplayCmd(),   // replay.go
 		newServeCmd(),    // serve.go
 		newSessionsCmd(), // sessions.go
+		newVersionCmd(),  // version.go
 	)
 	return root
 }
 
 // run executes ctxmgr with args (without the program name) and returns the exit code.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return runContext(context.Background(), args, stdin, stdout, stderr)
+}
+
+// runContext is run with a context: cancelling it stops a long-running command (serve shuts
+// down as on SIGTERM).
+func runContext(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root := newRootCmd()
+	root.SetContext(ctx)
 	root.SetArgs(args)
 	root.SetIn(stdin)
 	root.SetOut(stdout)

@@ -102,7 +102,9 @@ func TestTokensText(t *testing.T) {
 		{name: "bad format", args: []string{"tokens", "--messages", "--format", "xml"}, code: 2, stderr: []string{`invalid --format "xml"`}},
 		{name: "messages with two files", args: []string{"tokens", "--messages", "a", "b"}, code: 2, stderr: []string{"at most one FILE"}},
 		{name: "missing file", args: []string{"tokens", "/nonexistent/file.txt"}, code: 1, stderr: []string{"ctxmgr: ", "/nonexistent/file.txt"}},
-		{name: "version", args: []string{"--version"}, stdout: "ctxmgr " + buildVersion() + "\n"},
+		{name: "version", args: []string{"--version"}, stdout: "ctxmgr " + readVersionInfo().String() + "\n"},
+		{name: "version command", args: []string{"version"}, stdout: "ctxmgr " + readVersionInfo().String() + "\n"},
+		{name: "version -v", args: []string{"-v"}, stdout: "ctxmgr " + readVersionInfo().String() + "\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -262,11 +264,14 @@ func assistantCall(text, id, args string) chat.Message {
 
 // breakdown is the JSON the --messages mode prints; pointers tell absent keys from zeros.
 type breakdown struct {
-	System   *int  `json:"system"`
-	Tools    *int  `json:"tools"`
-	Messages []int `json:"messages"`
-	Priming  int   `json:"priming"`
-	Total    *int  `json:"total"`
+	System   *int   `json:"system"`
+	Tools    *int   `json:"tools"`
+	Messages []int  `json:"messages"`
+	Priming  int    `json:"priming"`
+	Total    *int   `json:"total"`
+	Model    string `json:"model"`
+	Counter  string `json:"counter"`
+	Estimate bool   `json:"estimate"`
 }
 
 func parseBreakdown(t *testing.T, out string) breakdown {
@@ -304,6 +309,9 @@ func TestTokensMessages(t *testing.T) {
 		// want is the same conversation built by hand in the neutral model, counted with c.
 		want *chat.Request
 		c    tokens.Counter
+		// counter and estimate are what the output says counted, and whether it is an estimate.
+		counter  string
+		estimate bool
 	}{
 		{
 			name:  "openai body with tools and tool calls",
@@ -337,9 +345,13 @@ func TestTokensMessages(t *testing.T) {
 			},
 		},
 		{
-			name:  "anthropic body with system, tool_use and tool_result",
-			stdin: anthropicBody,
-			c:     o200k,
+			// The body's model is a claude model: its tokenizer is not public, so the
+			// heuristic counts, and the output says it is an estimate.
+			name:     "anthropic body with system, tool_use and tool_result",
+			stdin:    anthropicBody,
+			c:        tokens.NewHeuristic(tokens.HeuristicOptions{Options: tokens.Options{Images: tokens.ImagesAnthropic}}),
+			counter:  "heuristic",
+			estimate: true,
 			want: &chat.Request{
 				System: []chat.Message{chat.TextMessage(chat.RoleSystem, "You are helpful.")},
 				Tools:  []chat.Tool{weatherTool},
@@ -372,10 +384,29 @@ func TestTokensMessages(t *testing.T) {
 			},
 		},
 		{
-			name:  "empty array",
-			stdin: `[]`,
+			name:  "anthropic body counted with an encoding given",
+			args:  []string{"--encoding", "o200k_base"},
+			stdin: anthropicBody,
 			c:     o200k,
-			want:  &chat.Request{},
+			want: &chat.Request{
+				System: []chat.Message{chat.TextMessage(chat.RoleSystem, "You are helpful.")},
+				Tools:  []chat.Tool{weatherTool},
+				Messages: []chat.Message{
+					chat.TextMessage(chat.RoleUser, "What is the weather in Paris?"),
+					assistantCall("Let me check.", "toolu_1", `{"city": "Paris"}`),
+					chat.ToolResult("toolu_1", "get_weather", "18C, sunny", false),
+					chat.TextMessage(chat.RoleAssistant, "It is 18C and sunny in Paris."),
+				},
+			},
+			counter:  "o200k_base",
+			estimate: true,
+		},
+		{
+			name:    "the body's model picks the encoding",
+			stdin:   `{"model":"gpt-4-0613","messages":[{"role":"user","content":"Привет, мир!"}]}`,
+			c:       cl100k,
+			want:    &chat.Request{Messages: []chat.Message{chat.TextMessage(chat.RoleUser, "Привет, мир!")}},
+			counter: "cl100k_base",
 		},
 	}
 	for _, tt := range tests {
@@ -398,13 +429,20 @@ func TestTokensMessages(t *testing.T) {
 			if len(tt.want.Tools) > 0 && *got.Tools == 0 {
 				t.Errorf("tools counted as 0")
 			}
+			wantCounter := tt.counter
+			if wantCounter == "" {
+				wantCounter = tt.c.Name()
+			}
+			if got.Counter != wantCounter || got.Estimate != tt.estimate {
+				t.Errorf("counter %q, estimate %v; want %q, %v", got.Counter, got.Estimate, wantCounter, tt.estimate)
+			}
 		})
 	}
 
 	// A hand-checked figure: a user message "hi" costs 3 (framing) + 1 ("user") + 1 ("hi"),
 	// and the request 3 for the reply priming.
 	r := runCmd(t, `[{"role":"user","content":"hi"}]`, "tokens", "--messages")
-	if want := `{"system":0,"tools":0,"messages":[5],"priming":3,"total":8}` + "\n"; r.code != 0 || r.stdout != want {
+	if want := `{"system":0,"tools":0,"messages":[5],"priming":3,"total":8,"counter":"o200k_base","estimate":false}` + "\n"; r.code != 0 || r.stdout != want {
 		t.Errorf("bare array: exit %d, stdout %q, want %q", r.code, r.stdout, want)
 	}
 
@@ -436,9 +474,10 @@ func TestTokensMessagesErrors(t *testing.T) {
 			stderr: []string{"message 1", "role", "unknown role", `"wizard"`},
 		},
 		{
-			name:   "unknown role in anthropic body",
-			stdin:  `{"system":"s","messages":[{"role":"user","content":"hi"},{"role":"system","content":"x"}]}`,
-			stderr: []string{"message 1", "unknown role"},
+			name: "unknown role in anthropic body",
+			// (wire takes mid-conversation "system" entries in Anthropic bodies since b496f66.)
+			stdin:  `{"system":"s","messages":[{"role":"user","content":"hi"},{"role":"wizard","content":"x"}]}`,
+			stderr: []string{"message 1", "unknown role", `"wizard"`},
 		},
 		{
 			name: "orphan tool result after system messages",
@@ -467,6 +506,18 @@ func TestTokensMessagesErrors(t *testing.T) {
 			stderr: []string{"message 0", "invalid UTF-8"},
 		},
 		{name: "wrong format forced", stdin: `[{"role":"user","content":"hi"}]`, args: []string{"--format", "anthropic"}, stderr: []string{"malformed JSON"}},
+		{name: "empty array", stdin: `[]`, stderr: []string{"no messages", "empty"}},
+		{name: "model without messages", stdin: `{"model":"x"}`, stderr: []string{"no messages", `"model"`}},
+		{name: "empty object", stdin: `{}`, stderr: []string{"no messages"}},
+		{name: "empty messages", stdin: `{"model":"gpt-4o","messages":[]}`, stderr: []string{"no messages", "empty"}},
+		{
+			name: "openai forced on an anthropic body", stdin: `{"model":"claude-sonnet-4-5","system":"Be brief.","messages":[{"role":"user","content":"hi"}]}`,
+			args: []string{"--format", "openai"}, stderr: []string{"--format openai", "an Anthropic body", `top-level "system"`},
+		},
+		{
+			name: "anthropic forced on an openai body", stdin: `{"messages":[{"role":"developer","content":"s"},{"role":"user","content":"hi"}]}`,
+			args: []string{"--format", "anthropic"}, stderr: []string{"--format anthropic", "an OpenAI body", `role "developer"`},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -530,5 +581,22 @@ func TestRootCommand(t *testing.T) {
 	r = runCmd(t, "", "tokens", "--model")
 	if r.code != 2 || strings.Contains(r.stderr, "Flags:") || !strings.Contains(r.stderr, "ctxmgr tokens --help") {
 		t.Errorf("flag without value: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+func TestVersionString(t *testing.T) {
+	for _, tc := range []struct {
+		v    versionInfo
+		want string
+	}{
+		{versionInfo{Version: "v1.2.3", Go: "go1.26.0"}, "v1.2.3 go1.26.0"},
+		{versionInfo{Version: "v0.0.0-20261123033145-f0e82bd0a77d", Revision: "f0e82bd0a77d02faef6d7afda9cc2a526a482dda", Time: "2026-11-23T03:31:45Z", Go: "go1.26.8"},
+			"v0.0.0-20261123033145-f0e82bd0a77d (rev f0e82bd0a77d, 2026-11-23T03:31:45Z) go1.26.8"},
+		{versionInfo{Version: "dev", Revision: "abc", Dirty: true, Go: "go1.26.8"}, "dev (rev abc+dirty) go1.26.8"},
+		{versionInfo{Version: "dev", Go: "go1.26.8"}, "dev (no VCS revision recorded) go1.26.8"},
+	} {
+		if got := tc.v.String(); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.v, got, tc.want)
+		}
 	}
 }

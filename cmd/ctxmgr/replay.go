@@ -1,10 +1,15 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/spf13/cobra"
 
@@ -31,6 +36,7 @@ type replayOptions struct {
 	summarizer        string
 	baseURL           string
 	model             string
+	keyEnv            string
 	quiet             bool
 }
 
@@ -56,6 +62,14 @@ object with "messages" (an OpenAI or Anthropic body, or a trajectory with
 "tools"), JSONL with one such object a line, tau-bench result files and
 mini-swe-agent trajectories. With no PATH, ` + defaultTrajectories + ` is used.
 
+--summarizer openai|anthropic --model NAME summarizes with an LLM instead of the
+extractive summarizer. The API key is read from OPENAI_API_KEY (openai) or
+ANTHROPIC_API_KEY (anthropic), or the variable --key-env names ("" for a local
+server without keys), and checked before anything runs. A summary the LLM fails
+to write is made by the extractive summarizer instead and counted; when the
+summarizer never answers (unreachable, wrong key, unknown model) the replay stops
+with an error and a non-zero exit rather than measuring the fallback.
+
 Cost is in units of the price of a million input tokens under --profile:
 anthropic (uncached input 1.25, cached 0.1, output 5) or openai (1, 0.1, 8).
 --json prints one JSON object; --report DIR writes DIR/index.html with charts;
@@ -65,7 +79,8 @@ appear in the tables and on the cost/recall chart beside every preset.`,
 		Example: `  ctxmgr replay
   ctxmgr replay --window 32768 --max-output 4096 ../shared/data/trajectories
   ctxmgr replay --strategy raw,masking,default --json runs/
-  ctxmgr replay --report out/ --report-trajectory mini-swe-agent/django__django-11149.traj.json`,
+  ctxmgr replay --report out/ --report-trajectory mini-swe-agent/django__django-11149.traj.json
+  OPENAI_API_KEY=sk-... ctxmgr replay --window 32768 --max-output 4096 --summarizer openai --model gpt-4o-mini`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runReplay(cmd, &o, args)
@@ -84,6 +99,7 @@ appear in the tables and on the cost/recall chart beside every preset.`,
 	f.StringVar(&o.summarizer, "summarizer", "", "summarize with an LLM: openai or anthropic (default: the extractive summarizer)")
 	f.StringVar(&o.baseURL, "base-url", "", "with --summarizer: the API root (default https://api.openai.com/v1 or https://api.anthropic.com)")
 	f.StringVar(&o.model, "model", "", "with --summarizer: the model name")
+	f.StringVar(&o.keyEnv, "key-env", "", `with --summarizer: the environment variable holding the API key (default OPENAI_API_KEY or ANTHROPIC_API_KEY; "" for none)`)
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "no progress bar and no notes on stderr")
 	return cmd
 }
@@ -138,8 +154,8 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 			return usageErrorf("invalid --format %q: want one of %s", o.format, strings.Join(replay.Formats(), ", "))
 		}
 	}
-	if (o.baseURL != "" || o.model != "") && o.summarizer == "" {
-		return usageErrorf("--base-url and --model need --summarizer")
+	if (o.baseURL != "" || o.model != "" || cmd.Flags().Changed("key-env")) && o.summarizer == "" {
+		return usageErrorf("--base-url, --model and --key-env need --summarizer")
 	}
 	if o.reportTrajectory != "" && o.report == "" {
 		return usageErrorf("--report-trajectory needs --report")
@@ -149,7 +165,8 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 		return err
 	}
 	counter = tokens.NewCache(counter, 1<<18)
-	sum, err := replaySummarizer(o, counter)
+	stderr := cmd.ErrOrStderr()
+	sum, err := replaySummarizer(cmd, o, counter, stderr)
 	if err != nil {
 		return err
 	}
@@ -159,7 +176,6 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 		}
 		args = []string{defaultTrajectories}
 	}
-	stderr := cmd.ErrOrStderr()
 	trajs, skipped, err := replay.LoadAll(args, o.format)
 	if err != nil {
 		return err
@@ -188,9 +204,24 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 	if !o.quiet && len(trajs) > 3 && isTerminal(stderr) {
 		opts.Progress = stderr
 	}
-	res, err := replay.Run(cmd.Context(), trajs, opts)
+	ctx, cancel := context.WithCancelCause(cmd.Context())
+	defer cancel(nil)
+	var guard *summarizerGuard
+	if sum != nil {
+		guard = &summarizerGuard{inner: sum, cancel: cancel}
+		opts.Summarizer = guard
+	}
+	res, err := replay.Run(ctx, trajs, opts)
+	if cause := context.Cause(ctx); cause != nil && errors.Is(cause, errSummarizerDown) {
+		return cause
+	}
 	if err != nil {
 		return err
+	}
+	if guard != nil && !o.quiet {
+		if n, ok, reason := guard.counts(); n > 0 {
+			fmt.Fprintf(stderr, "ctxmgr: replay: the LLM summarizer wrote %d summaries; %d fell back to the extractive summarizer (last reason: %s)\n", ok, n, reason)
+		}
 	}
 	if o.report != "" {
 		path, err := res.WriteReportDir(o.report, o.reportTrajectory)
@@ -208,24 +239,30 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 }
 
 // replaySummarizer builds the LLM summarizer of --summarizer, or nil for the extractive one.
-// The API key comes from OPENAI_API_KEY or ANTHROPIC_API_KEY.
-func replaySummarizer(o *replayOptions, counter tokens.Counter) (summarize.Summarizer, error) {
+// The API key comes from OPENAI_API_KEY or ANTHROPIC_API_KEY (or --key-env) and must be set.
+// Attempt and fallback logs go to stderr as warnings, or nowhere with -q.
+func replaySummarizer(cmd *cobra.Command, o *replayOptions, counter tokens.Counter, stderr io.Writer) (summarize.Summarizer, error) {
 	if o.summarizer == "" {
 		return nil, nil
 	}
 	opts := summarize.LLMOptions{Model: o.model, BaseURL: o.baseURL, Counter: counter}
+	keyEnv := o.keyEnv
 	switch strings.ToLower(o.summarizer) {
 	case summarize.FormatOpenAI:
 		opts.Format = summarize.FormatOpenAI
-		opts.APIKey = os.Getenv("OPENAI_API_KEY")
 		if opts.BaseURL == "" {
 			opts.BaseURL = "https://api.openai.com/v1"
 		}
+		if !cmd.Flags().Changed("key-env") {
+			keyEnv = "OPENAI_API_KEY"
+		}
 	case summarize.FormatAnthropic:
 		opts.Format = summarize.FormatAnthropic
-		opts.APIKey = os.Getenv("ANTHROPIC_API_KEY")
 		if opts.BaseURL == "" {
 			opts.BaseURL = "https://api.anthropic.com"
+		}
+		if !cmd.Flags().Changed("key-env") {
+			keyEnv = "ANTHROPIC_API_KEY"
 		}
 	default:
 		return nil, usageErrorf("invalid --summarizer %q: want openai or anthropic", o.summarizer)
@@ -233,11 +270,69 @@ func replaySummarizer(o *replayOptions, counter tokens.Counter) (summarize.Summa
 	if o.model == "" {
 		return nil, usageErrorf("--summarizer %s needs --model", o.summarizer)
 	}
+	if keyEnv != "" {
+		opts.APIKey = os.Getenv(keyEnv)
+		if opts.APIKey == "" {
+			return nil, usageErrorf("--summarizer %s: %s is not set (export it, name another variable with --key-env, or --key-env '' for a server without keys)", o.summarizer, keyEnv)
+		}
+	}
+	level := slog.LevelWarn
+	out := stderr
+	if o.quiet {
+		out = io.Discard
+	}
+	opts.Logger = slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: level}))
 	s, err := summarize.NewLLM(opts)
 	if err != nil {
 		return nil, usageErrorf("--summarizer: %v", err)
 	}
 	return s, nil
+}
+
+// errSummarizerDown says that the LLM summarizer never answered.
+var errSummarizerDown = errors.New("the LLM summarizer is not answering")
+
+// guardAfter is how many summaries in a row may fall back, with none written by the LLM,
+// before the replay stops: the figures would measure the extractive fallback, not the LLM.
+const guardAfter = 3
+
+// summarizerGuard wraps the LLM summarizer of a replay: it counts fallbacks, and cancels the
+// replay (with errSummarizerDown as the cause) when the first guardAfter summaries all fell back.
+type summarizerGuard struct {
+	inner  summarize.Summarizer
+	cancel context.CancelCauseFunc
+
+	mu        sync.Mutex
+	ok, fell  int
+	lastCause string
+}
+
+// Summarize implements summarize.Summarizer.
+func (g *summarizerGuard) Summarize(ctx context.Context, req summarize.Request) (summarize.Result, error) {
+	res, err := g.inner.Summarize(ctx, req)
+	if err != nil {
+		return res, err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !res.Fallback {
+		g.ok++
+		return res, nil
+	}
+	g.fell++
+	g.lastCause = res.FallbackReason
+	if g.ok == 0 && g.fell >= guardAfter {
+		g.cancel(fmt.Errorf("%w: its first %d summaries all failed (%s); fix --base-url, --model or the API key, or drop --summarizer to measure the extractive summarizer",
+			errSummarizerDown, g.fell, g.lastCause))
+	}
+	return res, nil
+}
+
+// counts returns the fallbacks, the summaries the LLM wrote, and the last fallback reason.
+func (g *summarizerGuard) counts() (fell, ok int, reason string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.fell, g.ok, g.lastCause
 }
 
 // isTerminal reports whether w is a terminal (a character device).

@@ -7,9 +7,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -37,6 +41,10 @@ type serveOptions struct {
 	logLevel          string
 	addrFile          string
 	disableReadTool   bool
+	limits            proxy.Limits
+	pprof             string
+	syncAppends       bool
+	summarizer        summarizerOptions // serve_summarizer.go
 }
 
 func newServeCmd() *cobra.Command {
@@ -69,7 +77,8 @@ instances on the same sessions.
 --config FILE reads a JSON file with the same settings plus per-model routes
 and windows (see the proxy package documentation); flags given explicitly
 override it. SIGINT or SIGTERM shut the proxy down gracefully: in-flight
-requests and streams finish (up to --shutdown-timeout).`,
+requests and streams finish (up to --shutdown-timeout).
+` + summarizerHelp,
 		Example: `  ctxmgr serve --upstream-openai https://api.openai.com --upstream-anthropic https://api.anthropic.com
   ctxmgr serve --listen 127.0.0.1:8088 --store postgres://ctxmgr@db:5432/ctxmgr --window 128000
   ctxmgr serve --config ctxmgr.json`,
@@ -95,6 +104,14 @@ requests and streams finish (up to --shutdown-timeout).`,
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&o.addrFile, "addr-file", "", "write the address listened on to this file once listening")
 	f.BoolVar(&o.disableReadTool, "disable-read-tool", false, "never inject the ctxmgr_read tool (offload references then name store locations only)")
+	f.DurationVar(&o.limits.ReadHeaderTimeout, "read-header-timeout", proxy.DefaultReadHeaderTimeout, "how long a client may take to send a request's headers")
+	f.DurationVar(&o.limits.ReadTimeout, "read-timeout", proxy.DefaultReadTimeout, "how long a client may take to send a whole request, body included")
+	f.DurationVar(&o.limits.WriteTimeout, "write-timeout", proxy.DefaultWriteTimeout, "how long each write of an answer may take (a stream gets it anew for every event)")
+	f.DurationVar(&o.limits.IdleTimeout, "idle-timeout", proxy.DefaultIdleTimeout, "how long a keep-alive connection may wait for its next request")
+	f.IntVar(&o.limits.MaxConns, "max-conns", proxy.DefaultMaxConns, "connections served at once (more wait to be accepted)")
+	f.BoolVar(&o.syncAppends, "sync-appends", false, "SQLite: fsync every append (synchronous=FULL). Off: synchronous=NORMAL, safe when the process dies, and an append lost to a power cut is sent again by the client with its next request")
+	f.StringVar(&o.pprof, "pprof", "", "serve net/http/pprof on this address, e.g. 127.0.0.1:6060 (off by default; never expose it publicly)")
+	addSummarizerFlags(f, &o.summarizer)
 	return cmd
 }
 
@@ -134,6 +151,7 @@ func mergeFileConfig(cmd *cobra.Command, o *serveOptions, fc proxy.FileConfig) {
 	if fc.DisableReadTool && set("disable-read-tool") {
 		o.disableReadTool = true
 	}
+	mergeSummarizerConfig(cmd, &o.summarizer, fc.Summarizer)
 }
 
 func runServe(cmd *cobra.Command, o *serveOptions) error {
@@ -151,8 +169,11 @@ func runServe(cmd *cobra.Command, o *serveOptions) error {
 	if !ctxmgr.IsPreset(o.preset) {
 		return usageErrorf("--preset %q: want one of %v", o.preset, ctxmgr.Presets())
 	}
-	if o.window < 0 || o.maxOutput < 0 || o.maxBodyBytes <= 0 {
-		return usageErrorf("--window, --max-output and --max-body-bytes must not be negative")
+	if err := validateServe(o, fc); err != nil {
+		return err
+	}
+	if err := o.limits.Validate(); err != nil {
+		return usageErrorf("--max-conns: %v", err)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
@@ -169,9 +190,14 @@ func runServe(cmd *cobra.Command, o *serveOptions) error {
 		return usageErrorf("--log-format %q: want text or json", o.logFormat)
 	}
 
+	sum, sumName, err := serveSummarizer(cmd, &o.summarizer, o.upstreamOpenAI, o.upstreamAnthropic, logger)
+	if err != nil {
+		return err
+	}
+
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	st, err := openStore(ctx, o.store)
+	st, err := openStore(ctx, o.store, !o.syncAppends)
 	if err != nil {
 		return err
 	}
@@ -189,6 +215,8 @@ func runServe(cmd *cobra.Command, o *serveOptions) error {
 		UpstreamTimeout:   o.upstreamTimeout,
 		Logger:            logger,
 		DisableReadTool:   o.disableReadTool,
+		Summarizer:        sum,
+		SummarizerName:    sumName,
 	})
 	if err != nil {
 		return err
@@ -206,15 +234,26 @@ func runServe(cmd *cobra.Command, o *serveOptions) error {
 			return err
 		}
 	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
-	logger.Info("ctxmgr serve: listening", slog.String("addr", "http://"+addr), slog.String("store", redactStore(o.store)),
-		slog.String("upstream_openai", o.upstreamOpenAI), slog.String("upstream_anthropic", o.upstreamAnthropic),
-		slog.Int("window", o.window), slog.String("preset", o.preset))
+	hs := proxy.NewHTTPServer(srv.Handler(), o.limits, slog.NewLogLogger(logger.Handler(), slog.LevelWarn))
+	lim := o.limits.WithDefaults()
+	logger.Info("ctxmgr serve: listening", slog.String("addr", "http://"+addr), slog.String("store", proxy.RedactURL(o.store)),
+		slog.String("upstream_openai", proxy.RedactURL(o.upstreamOpenAI)), slog.String("upstream_anthropic", proxy.RedactURL(o.upstreamAnthropic)),
+		slog.String("window", windowDesc(o.window)), slog.String("preset", o.preset), slog.String("summarizer", sumName),
+		slog.Duration("read_timeout", lim.ReadTimeout), slog.Duration("write_timeout", lim.WriteTimeout),
+		slog.Duration("idle_timeout", lim.IdleTimeout), slog.Int("max_conns", lim.MaxConns))
+	if o.pprof != "" {
+		stopPprof, err := servePprof(o.pprof, logger)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("--pprof: %w", err)
+		}
+		defer stopPprof()
+	}
 	// Offloaded tool results expire after their retention (5 days by default): clean them up
 	// now and every hour while serving.
 	go runCleanup(ctx, st, time.Hour, logger)
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() { errc <- hs.Serve(proxy.LimitListener(ln, o.limits)) }()
 	select {
 	case err := <-errc:
 		if !errors.Is(err, http.ErrServerClosed) {
@@ -255,13 +294,106 @@ func runCleanup(ctx context.Context, st store.Store, interval time.Duration, log
 	}
 }
 
-// redactStore hides a password in a postgres:// store spec.
-func redactStore(spec string) string {
-	if u, err := url.Parse(spec); err == nil && u.User != nil {
-		if _, ok := u.User.Password(); ok {
-			u.User = url.UserPassword(u.User.Username(), "xxxxx")
-			return u.String()
+// servePprof serves the net/http/pprof handlers on addr (their own mux, never the proxy's)
+// until the returned function is called.
+func servePprof(addr string, logger *slog.Logger) (func(), error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: proxy.DefaultReadHeaderTimeout}
+	logger.Info("ctxmgr serve: pprof listening", slog.String("addr", "http://"+ln.Addr().String()+"/debug/pprof/"))
+	go func() { _ = hs.Serve(ln) }()
+	return func() { _ = hs.Close() }, nil
+}
+
+// validateServe checks the settings before anything starts, so that a broken setting is
+// refused at once with the flag it came from instead of failing every request later.
+func validateServe(o *serveOptions, fc proxy.FileConfig) error {
+	for _, u := range []struct{ flag, val string }{
+		{"--upstream-openai", o.upstreamOpenAI}, {"--upstream-anthropic", o.upstreamAnthropic},
+	} {
+		if u.val == "" {
+			continue
+		}
+		if err := checkHTTPURL(u.val); err != nil {
+			return usageErrorf("%s %q: %v", u.flag, u.val, err)
 		}
 	}
-	return spec
+	for _, r := range fc.Routes {
+		if err := checkHTTPURL(r.URL); err != nil {
+			return usageErrorf("--config: route %q: url %q: %v", r.ModelPrefix, r.URL, err)
+		}
+	}
+	if o.window < 0 {
+		return usageErrorf("--window %d: must be positive, or 0 for the known window of each model", o.window)
+	}
+	if o.maxOutput < 0 {
+		return usageErrorf("--max-output %d: must be positive, or 0 for the default", o.maxOutput)
+	}
+	if o.window > 0 && o.maxOutput >= o.window {
+		return usageErrorf("--max-output %d: must be smaller than --window %d", o.maxOutput, o.window)
+	}
+	if o.maxBodyBytes <= 0 {
+		return usageErrorf("--max-body-bytes %d: must be positive", o.maxBodyBytes)
+	}
+	if o.upstreamTimeout <= 0 {
+		return usageErrorf("--upstream-timeout %v: must be positive", o.upstreamTimeout)
+	}
+	if o.shutdownTimeout < 0 {
+		return usageErrorf("--shutdown-timeout %v: must not be negative", o.shutdownTimeout)
+	}
+	return checkStoreParent(o.store)
+}
+
+// checkHTTPURL accepts an absolute http or https URL with a host.
+func checkHTTPURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("not a URL: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return errors.New("want an http:// or https:// URL, e.g. https://api.openai.com")
+	}
+	if u.Host == "" {
+		return errors.New("no host in the URL")
+	}
+	return nil
+}
+
+// checkStoreParent refuses a sqlite: or files: store whose parent directory does not exist:
+// the database file or store directory itself is created, but a missing parent is almost
+// always a typo and is not created silently.
+func checkStoreParent(spec string) error {
+	for _, prefix := range []string{"sqlite:", "files:"} {
+		p, ok := strings.CutPrefix(spec, prefix)
+		if !ok || p == "" {
+			continue
+		}
+		parent := filepath.Dir(filepath.Clean(p))
+		info, err := os.Stat(parent)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			return usageErrorf("--store %s: directory %s does not exist (create it first)", spec, parent)
+		case err != nil:
+			return usageErrorf("--store %s: %v", spec, err)
+		case !info.IsDir():
+			return usageErrorf("--store %s: %s is not a directory", spec, parent)
+		}
+	}
+	return nil
+}
+
+// windowDesc is the start-up log's description of --window.
+func windowDesc(w int) string {
+	if w == 0 {
+		return "per model (known windows; 200000 for others)"
+	}
+	return strconv.Itoa(w)
 }

@@ -14,8 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ctxmgr/ctxmgr"
 	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/proxy"
 	"github.com/ctxmgr/ctxmgr/store"
 	"github.com/ctxmgr/ctxmgr/store/postgres"
 	"github.com/ctxmgr/ctxmgr/store/sqlite"
@@ -29,15 +29,16 @@ const storeSpecHelp = `sqlite:PATH (a SQLite database file), postgres://USER@HOS
 
 // openStore opens the store a --store value names: "sqlite:PATH", "postgres://..." (or
 // "postgresql://..."), or "files:DIR". A SQLite database or a directory that does not exist
-// is created. A malformed spec is a usage error.
-func openStore(ctx context.Context, spec string) (store.Store, error) {
+// is created. A malformed spec is a usage error. relaxed opens SQLite with
+// sqlite.Options.Relaxed (what serve does: its clients resend their history).
+func openStore(ctx context.Context, spec string, relaxed bool) (store.Store, error) {
 	switch {
 	case strings.HasPrefix(spec, "sqlite:"):
 		path := strings.TrimPrefix(spec, "sqlite:")
 		if path == "" {
 			return nil, usageErrorf("--store %q: missing database path after sqlite:", spec)
 		}
-		return sqlite.Open(path, sqlite.Options{})
+		return sqlite.Open(path, sqlite.Options{Relaxed: relaxed})
 	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
 		return postgres.Open(ctx, spec, postgres.Options{})
 	case strings.HasPrefix(spec, "files:"):
@@ -47,7 +48,7 @@ func openStore(ctx context.Context, spec string) (store.Store, error) {
 		}
 		return store.OpenFiles(dir, store.FileOptions{})
 	}
-	return nil, usageErrorf("--store %q: want %s", spec, storeSpecHelp)
+	return nil, usageErrorf("--store %q: want %s", proxy.RedactURL(spec), storeSpecHelp)
 }
 
 // openExisting is openStore for commands that only read or delete: a SQLite file or store
@@ -63,7 +64,7 @@ func openExisting(ctx context.Context, spec string) (store.Store, error) {
 			}
 		}
 	}
-	return openStore(ctx, spec)
+	return openStore(ctx, spec, false)
 }
 
 // archivedPositioner is implemented by the stores that can list archived positions directly.
@@ -215,57 +216,7 @@ Only the sqlite: and postgres:// stores keep events.`,
 	}
 }
 
-func newSessionsShowCmd(spec *string) *cobra.Command {
-	var preset string
-	var window, maxOutput int
-	cmd := &cobra.Command{
-		Use:   "show ID",
-		Short: "Print a session's /context statistics as JSON",
-		Long: `Show loads a session as the service would after a restart and prints its /context
-statistics as JSON: messages live and evicted, masked, offloaded and truncated tool
-results, tokens per region of the next request, how full the window is, the summary
-version, and where archived messages and offloaded results are.
-
-The statistics depend on the window: --preset, --window and --max-output say which.
-The system prompt and tools are not part of the stored session, so their regions are 0.`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if !ctxmgr.IsPreset(preset) {
-				return usageErrorf("--preset %q: want one of %s", preset, strings.Join(ctxmgr.Presets(), ", "))
-			}
-			if window <= 0 || maxOutput < 0 || maxOutput >= window {
-				return usageErrorf("--window %d --max-output %d: want 0 <= max-output < window", window, maxOutput)
-			}
-			return withStore(cmd, *spec, func(ctx context.Context, st store.Store) error {
-				if _, err := findSession(ctx, st, args[0]); err != nil {
-					return err
-				}
-				cfg, err := ctxmgr.Preset(preset, window, maxOutput)
-				if err != nil {
-					return err
-				}
-				cfg.Store = st
-				m, err := ctxmgr.New(cfg)
-				if err != nil {
-					return err
-				}
-				defer m.Close()
-				s, err := m.LoadSession(ctx, args[0], nil, nil)
-				if err != nil {
-					return err
-				}
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(m.Stats(s))
-			})
-		},
-	}
-	f := cmd.Flags()
-	f.StringVar(&preset, "preset", ctxmgr.PresetDefault, "configuration preset: "+strings.Join(ctxmgr.Presets(), ", "))
-	f.IntVar(&window, "window", 200000, "context window in tokens")
-	f.IntVar(&maxOutput, "max-output", 32000, "tokens reserved for the reply")
-	return cmd
-}
+// newSessionsShowCmd is in sessions_show.go.
 
 // exportLine is one line of `sessions export`.
 type exportLine struct {

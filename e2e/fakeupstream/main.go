@@ -1,7 +1,9 @@
 // Command fakeupstream serves the fake OpenAI and Anthropic upstream of package
 // proxy/fakeupstream for the end-to-end script: it records every request it receives (with its
-// exact o200k_base token count, max tokens and tool-pairing validity) as one JSON line in
-// -log, and writes the address it listens on to -addr-file.
+// exact o200k_base token count, max tokens, and the real-API rule it broke if any: see the
+// package doc of proxy/fakeupstream) as one JSON line in -log, and writes the address it listens
+// on to -addr-file. With -thinking it issues signed thinking blocks to Anthropic requests that
+// ask for thinking, and refuses them altered.
 package main
 
 import (
@@ -22,10 +24,12 @@ func main() {
 	addrFile := flag.String("addr-file", "", "write the address listened on to this file")
 	logPath := flag.String("log", "", "append one JSON record per request to this file")
 	window := flag.Int("window", 0, "reject requests whose tokens + max tokens exceed this with the overflow error (0: no limit)")
+	rejectAbove := flag.Int("reject-above", 0, "reject requests whose input tokens exceed this with the overflow error (0: no limit)")
 	bodies := flag.Bool("bodies", false, "record request bodies")
+	thinking := flag.Bool("thinking", false, "issue signed thinking blocks when an Anthropic request asks for thinking, and enforce thinking-first in tool loops")
 	flag.Parse()
 
-	opts := fakeupstream.Options{Window: *window, KeepBodies: *bodies}
+	opts := fakeupstream.Options{Window: *window, RejectAbove: *rejectAbove, KeepBodies: *bodies, Thinking: *thinking}
 	if *logPath != "" {
 		f, err := os.OpenFile(*logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 		if err != nil {

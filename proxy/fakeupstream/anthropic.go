@@ -15,6 +15,7 @@ type aMessage struct {
 // aBlock is one content block, as the fake reads it: only the fields its rules look at.
 type aBlock struct {
 	Type         string          `json:"type"`
+	Text         *string         `json:"text"`
 	Thinking     *string         `json:"thinking"`
 	Signature    *string         `json:"signature"`
 	Data         *string         `json:"data"`
@@ -41,15 +42,17 @@ type aTurn struct {
 	blocks []aRef
 }
 
-// blocks decodes a content field: a string is one text block; an array, its blocks.
+// anthropicBlocks decodes a content field: a string is one text block; an array, its blocks.
 func anthropicBlocks(raw json.RawMessage, field string) ([]aBlock, *violation) {
 	switch firstByte(raw) {
+	case 0:
+		return nil, anthropicViolation(RuleParse, field+": Field required")
 	case '"':
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return nil, anthropicViolation(RuleParse, field+": Input should be a valid string")
 		}
-		return []aBlock{{Type: "text"}}, nil
+		return []aBlock{{Type: "text", Text: &s}}, nil
 	case '[':
 		var raws []json.RawMessage
 		if err := json.Unmarshal(raw, &raws); err != nil {
@@ -117,6 +120,12 @@ func (s *Server) checkAnthropic(body []byte) checked {
 			c.v = v
 			return c
 		}
+		if firstByte(raw) == '[' {
+			if v := emptyText(blocks, "system"); v != nil {
+				c.v = v
+				return c
+			}
+		}
 		for i := range blocks {
 			if blocks[i].hasCacheControl() {
 				c.breakpoints++
@@ -151,7 +160,6 @@ func (s *Server) checkAnthropic(body []byte) checked {
 		case "user", "assistant":
 		case "system":
 			// Mid-conversation system entries (beta mid-conversation-system-...), as Claude Code sends.
-			c.systemEntries = true
 		default:
 			c.v = anthropicViolation(RuleRole, fmt.Sprintf("messages.%d.role: Input should be 'user', 'assistant' or 'system'", i))
 			return c
@@ -162,6 +170,17 @@ func (s *Server) checkAnthropic(body []byte) checked {
 			return c
 		}
 		content[i] = blocks
+		if len(blocks) == 0 || len(blocks) == 1 && firstByte(m.Content) == '"' && *blocks[0].Text == "" {
+			if i != len(msgs)-1 || m.Role != "assistant" {
+				c.v = anthropicViolation(RuleEmpty, fmt.Sprintf("messages.%d: all messages must have non-empty content except for the optional final assistant message", i))
+				return c
+			}
+		} else if firstByte(m.Content) == '[' {
+			if v := emptyText(blocks, "messages"); v != nil {
+				c.v = v
+				return c
+			}
+		}
 		for j := range blocks {
 			b := &blocks[j]
 			if b.hasCacheControl() {
@@ -239,6 +258,16 @@ func (s *Server) checkAnthropic(body []byte) checked {
 	return c
 }
 
+// emptyText refuses a text block with empty text, as the API does.
+func emptyText(blocks []aBlock, field string) *violation {
+	for _, b := range blocks {
+		if b.Type == "text" && (b.Text == nil || *b.Text == "") {
+			return anthropicViolation(RuleEmpty, field+": text content blocks must be non-empty")
+		}
+	}
+	return nil
+}
+
 // anthropicPairing checks that every tool_use is answered by a tool_result at the start of the
 // very next user turn, and that every tool_result answers a tool_use of the assistant turn
 // right before it.
@@ -247,6 +276,17 @@ func anthropicPairing(turns []aTurn) *violation {
 		turn := &turns[t]
 		switch turn.role {
 		case "assistant":
+			// A server tool's result block (web_search_tool_result, mcp_tool_result, ...)
+			// follows its server_tool_use / mcp_tool_use in the same turn.
+			server := map[string]bool{}
+			for _, r := range turn.blocks {
+				switch {
+				case r.b.Type == "server_tool_use" || r.b.Type == "mcp_tool_use":
+					server[r.b.ID] = true
+				case strings.HasSuffix(r.b.Type, "_tool_result") && r.b.ToolUseID != "" && !server[r.b.ToolUseID]:
+					return anthropicViolation(RuleToolPairing, fmt.Sprintf("messages.%d.content.%d: unexpected `tool_use_id` found in `%s` blocks: %s. Each `%s` block must have a corresponding `server_tool_use` block before it.", r.msg, r.idx, r.b.Type, r.b.ToolUseID, r.b.Type))
+				}
+			}
 			if t+1 == len(turns) {
 				continue // a final assistant turn is a prefill: nothing to answer yet
 			}

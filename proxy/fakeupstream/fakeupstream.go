@@ -32,7 +32,8 @@
 // with its own small decoders, independently of package wire, and answers a request the real
 // API refuses with the provider's real error status and body. Anthropic /v1/messages:
 //   - max_tokens is required; roles are user, assistant, or system (mid-conversation system
-//     entries, beta mid-conversation-system-...); content is a string or a list of blocks;
+//     entries, beta mid-conversation-system-...); content is a string or a list of blocks, not
+//     empty except in a final assistant message, without empty text blocks;
 //   - at most 4 blocks with cache_control, counted over system blocks, tools, message blocks
 //     and tool_result contents together ("A maximum of 4 blocks with cache_control may be
 //     provided. Found 5.");
@@ -40,7 +41,8 @@
 //     ("messages.N.content.M: Invalid `signature` in `thinking` block");
 //   - consecutive same-role messages are merged into one turn (system entries are transparent),
 //     as the API merges them; every tool_use is answered by a tool_result at the start of the
-//     next turn, every tool_result answers a tool_use of the turn before;
+//     next turn, every tool_result answers a tool_use of the turn before, and a server tool's
+//     result block follows its server_tool_use in the same turn;
 //   - with Options.Thinking and thinking {type: enabled}, the last assistant turn of a tool
 //     loop starts with a thinking block;
 //   - input over the window: "prompt is too long: N tokens > W maximum"; input plus max_tokens
@@ -155,6 +157,8 @@ type Server struct {
 
 	mu      sync.Mutex
 	records []Record
+
+	resp responsesState // the Responses API's memory (responses.go)
 }
 
 // New returns a fake upstream.
@@ -175,6 +179,8 @@ func New(opts Options) *Server {
 	s.mux.HandleFunc("GET /v1/models", s.serveModels)
 	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.serveChat(w, r, wire.OpenAI) })
 	s.mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { s.serveChat(w, r, wire.Anthropic) })
+	s.mux.HandleFunc("POST /v1/responses", s.serveResponses)
+	s.mux.HandleFunc("POST /v1/responses/input_tokens", s.serveInputTokens)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":{"message":"Unknown request URL","type":"invalid_request_error"}}`, http.StatusNotFound)
 	})
@@ -269,7 +275,7 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, f wire.Format
 		return
 	}
 	// The neutral model, for the token count and the reply.
-	req, err := s.decode(f, body, chk.systemEntries)
+	req, err := s.decode(f, body)
 	if err == nil {
 		for _, t := range req.Tools {
 			rec.Tools = append(rec.Tools, t.Name)
@@ -379,46 +385,11 @@ func (s *Server) window(f wire.Format, input, maxTokens int) *violation {
 	return anthropicViolation(RuleWindow, fmt.Sprintf("input length and `max_tokens` exceed context limit: %d + %d > %d, decrease input length or `max_tokens` and try again", input, maxTokens, limit))
 }
 
-// decode converts a request to the neutral model with package wire, for the token count and the
-// reply. Package wire may not know Anthropic's mid-conversation system entries, which the real
-// API accepts: they are then decoded as user messages marked in Extra, and turned back into
-// system messages.
-func (s *Server) decode(f wire.Format, body []byte, systemEntries bool) (*chat.Request, error) {
-	req, err := wire.Decode(f, body)
-	if err == nil || f != wire.Anthropic || !systemEntries {
-		return req, err
-	}
-	top, terr := topLevel(body)
-	if terr != nil {
-		return nil, err
-	}
-	var msgs []map[string]json.RawMessage
-	if json.Unmarshal(top["messages"], &msgs) != nil {
-		return nil, err
-	}
-	for _, m := range msgs {
-		if string(m["role"]) == `"system"` {
-			m["role"] = json.RawMessage(`"user"`)
-			m[systemMark] = json.RawMessage(`true`)
-		}
-	}
-	top["messages"], _ = json.Marshal(msgs)
-	b, _ := json.Marshal(top)
-	req, err2 := wire.Decode(f, b)
-	if err2 != nil {
-		return nil, err
-	}
-	for i := range req.Messages {
-		m := &req.Messages[i]
-		if _, ok := m.Extra[systemMark]; ok {
-			delete(m.Extra, systemMark)
-			m.Role = chat.RoleSystem
-		}
-	}
-	return req, nil
+// decode converts a request to the neutral model with package wire, for the token count and
+// the reply (the rules are checked on the raw body, apart from wire).
+func (s *Server) decode(f wire.Format, body []byte) (*chat.Request, error) {
+	return wire.Decode(f, body)
 }
-
-const systemMark = "x-fake-system-entry"
 
 // lastSpoken is the last message that is not a system entry (nil: none).
 func lastSpoken(msgs []chat.Message) *chat.Message {
@@ -480,6 +451,9 @@ var (
 )
 
 func (s *Server) decide(req *chat.Request) reply {
+	if rep, ok := s.agentScript(req); ok { // agent.go
+		return rep
+	}
 	msgs := req.Messages
 	last := lastSpoken(msgs)
 	if last == nil {

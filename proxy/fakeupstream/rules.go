@@ -1,8 +1,10 @@
 package fakeupstream
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 )
 
 // The rules the fake upstream enforces, as named in Record.Rule. Every one of them is a rule of
@@ -14,6 +16,9 @@ const (
 	RuleParse = "parse"
 	// RuleMaxTokens: an Anthropic request without max_tokens.
 	RuleMaxTokens = "max_tokens"
+	// RuleEmpty: an Anthropic message with empty content (other than a final assistant
+	// message), or a text block with empty text.
+	RuleEmpty = "empty_content"
 	// RuleRole: a message role the API does not accept.
 	RuleRole = "role"
 	// RuleCacheControl: more than MaxCacheControl blocks with cache_control in one Anthropic request.
@@ -48,7 +53,7 @@ func (v *violation) structural() bool { return v != nil && v.rule != RuleWindow 
 
 // anthropicViolation is a 400 invalid_request_error in Anthropic's error shape.
 func anthropicViolation(rule, msg string) *violation {
-	m, _ := json.Marshal(msg)
+	m := jsonString(msg)
 	return &violation{rule: rule, status: 400, msg: msg,
 		body: fmt.Sprintf(`{"type":"error","error":{"type":"invalid_request_error","message":%s},"request_id":"req_fake"}`, m)}
 }
@@ -56,7 +61,7 @@ func anthropicViolation(rule, msg string) *violation {
 // openAIViolation is a 400 invalid_request_error in OpenAI's error shape; param and code may be
 // empty (JSON null).
 func openAIViolation(rule, msg, param, code string) *violation {
-	m, _ := json.Marshal(msg)
+	m := jsonString(msg)
 	return &violation{rule: rule, status: 400, msg: msg,
 		body: fmt.Sprintf(`{"error":{"message":%s,"type":"invalid_request_error","param":%s,"code":%s}}`, m, jsonOrNull(param), jsonOrNull(code))}
 }
@@ -65,8 +70,17 @@ func jsonOrNull(s string) string {
 	if s == "" {
 		return "null"
 	}
-	b, _ := json.Marshal(s)
-	return string(b)
+	return jsonString(s)
+}
+
+// jsonString is s as a JSON string, without HTML escaping (the providers write "<" and ">" as
+// they are).
+func jsonString(s string) string {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s)
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // checked is what the raw check of a request found: the fields the fake needs, and the first
@@ -80,8 +94,6 @@ type checked struct {
 	breakpoints int
 	// thinking is the Anthropic thinking.type ("enabled", "adaptive", "disabled" or "").
 	thinking string
-	// systemEntries reports system-role entries inside Anthropic messages.
-	systemEntries bool
 	// extra holds the top-level fields other than messages, system and tools.
 	extra map[string]json.RawMessage
 	v     *violation

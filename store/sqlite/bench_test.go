@@ -17,6 +17,11 @@ func BenchmarkAppend(b *testing.B) {
 	storetest.BenchAppend(b, open(b, filepath.Join(b.TempDir(), "ctxmgr.db"), sqlite.Options{}))
 }
 
+// BenchmarkAppendRelaxed is BenchmarkAppend with synchronous=NORMAL (Options.Relaxed).
+func BenchmarkAppendRelaxed(b *testing.B) {
+	storetest.BenchAppend(b, open(b, filepath.Join(b.TempDir(), "ctxmgr.db"), sqlite.Options{Relaxed: true}))
+}
+
 // BenchmarkLoad reads a whole 2,000-message session back (what loading a session costs).
 func BenchmarkLoad(b *testing.B) {
 	storetest.BenchLoad(b, open(b, filepath.Join(b.TempDir(), "ctxmgr.db"), sqlite.Options{}))

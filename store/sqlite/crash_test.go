@@ -30,3 +30,27 @@ func TestCrash(t *testing.T) {
 		},
 	})
 }
+
+// TestHelperProcessRelaxed is the crash writer of TestCrashRelaxed.
+func TestHelperProcessRelaxed(t *testing.T) {
+	storetest.CrashWriter(func(path string) (store.Store, error) {
+		return sqlite.Open(path, sqlite.Options{Relaxed: true})
+	})
+}
+
+// TestCrashRelaxed: synchronous=NORMAL (the proxy's mode) is as safe as FULL when the process
+// is killed; only a power cut can take the last commits.
+func TestCrashRelaxed(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ctxmgr.db")
+	storetest.RunCrash(t, storetest.CrashOptions{
+		Target:     path,
+		HelperTest: "TestHelperProcessRelaxed",
+		Reopen: func(t *testing.T) store.Store {
+			s, err := sqlite.Open(path, sqlite.Options{Relaxed: true})
+			if err != nil {
+				t.Fatalf("reopen: %v", err)
+			}
+			return s
+		},
+	})
+}

@@ -2,7 +2,8 @@
 // file, pure Go (modernc.org/sqlite, no cgo).
 //
 // The database runs in WAL mode with foreign keys on and synchronous=FULL, so a write is on
-// disk when the call returns. Its schema (see schema.go) is versioned in the code and migrated
+// disk when the call returns (Options.Relaxed: NORMAL, safe against a process crash but not a
+// power cut). Its schema (see schema.go) is versioned in the code and migrated
 // on Open. Writes go through one connection and BEGIN IMMEDIATE transactions, so that within a
 // process they queue instead of spinning on SQLITE_BUSY; other processes on the same file wait
 // up to the busy timeout. Reads use a small pool of their own and never block writers.
@@ -43,6 +44,12 @@ type Options struct {
 	BusyTimeout time.Duration
 	// ReadConns bounds the read connections. Default 4.
 	ReadConns int
+	// Relaxed trades durability against power loss for write latency: synchronous=NORMAL
+	// instead of FULL. In WAL mode a commit is then safe when the process dies (SIGKILL
+	// included) but the last commits may be lost when the machine does; the database stays
+	// consistent either way. The proxy uses it: its clients resend their whole history on every
+	// call, so an append lost to a power cut is appended again by the next request.
+	Relaxed bool
 }
 
 // Store is the SQLite store. All methods are safe for concurrent use, and several processes
@@ -99,7 +106,11 @@ func Open(path string, opts Options) (*Store, error) {
 	q.Set("_busy_timeout", strconv.FormatInt(busy.Milliseconds(), 10))
 	q.Set("_foreign_keys", "1")
 	q.Set("_journal_mode", "WAL")
-	q.Set("_synchronous", "FULL")
+	if opts.Relaxed {
+		q.Set("_synchronous", "NORMAL")
+	} else {
+		q.Set("_synchronous", "FULL")
+	}
 	dsn := "file:" + (&url.URL{Path: abs}).EscapedPath() + "?" + q.Encode()
 
 	s := &Store{path: abs, now: opts.Now}

@@ -4,14 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/ctxmgr/ctxmgr/chat"
 	"github.com/ctxmgr/ctxmgr/store"
 	"github.com/ctxmgr/ctxmgr/store/sqlite"
 	"github.com/ctxmgr/ctxmgr/store/storetest"
@@ -56,14 +54,6 @@ func (c *fakeClock) Set(t time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = t
-}
-
-func texts(prefix string, n int) []chat.Message {
-	out := make([]chat.Message, n)
-	for i := range out {
-		out[i] = chat.TextMessage(chat.RoleUser, fmt.Sprintf("%s %d", prefix, i))
-	}
-	return out
 }
 
 func TestSchema(t *testing.T) {

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ctxmgr/ctxmgr"
+	"github.com/ctxmgr/ctxmgr/budget"
+	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/store"
+	"github.com/ctxmgr/ctxmgr/tokens"
+)
+
+// configSnapshot is the configuration the proxy records for a session (proxy.snapshotConfig,
+// through store.ConfigStore): what `sessions show` needs to count as /context does.
+type configSnapshot struct {
+	Preset    string         `json:"preset"`
+	Window    int            `json:"window"`
+	MaxOutput int            `json:"max_output"`
+	Counter   string         `json:"counter"`
+	System    []chat.Message `json:"system"`
+	Tools     []chat.Tool    `json:"tools"`
+}
+
+// showOutput is what `sessions show` prints: the /context statistics plus where the
+// configuration they were computed under came from.
+type showOutput struct {
+	ctxmgr.Stats
+	Preset string `json:"preset"`
+	// Counter names how tokens were counted: an exact encoding (o200k_base, cl100k_base) or
+	// "heuristic estimate" for models whose tokenizer is not public (the proxy calibrates its
+	// heuristic on the provider's reported usage; that learned ratio is not stored).
+	Counter string `json:"counter"`
+	// ConfigFrom says where preset, window, max output, system prompt and tools came from:
+	// "snapshot" (recorded by ctxmgr serve), "flags", or "snapshot+flags".
+	ConfigFrom string `json:"config_from"`
+}
+
+func newSessionsShowCmd(spec *string) *cobra.Command {
+	var preset string
+	var window, maxOutput int
+	cmd := &cobra.Command{
+		Use:   "show ID",
+		Short: "Print a session's /context statistics as JSON",
+		Long: `Show loads a session as the service would after a restart and prints its /context
+statistics as JSON: messages live and evicted, masked, offloaded and truncated tool
+results, tokens per region of the next request, how full the window is (the reply
+reserve is not counted as used), the summary version, and where archived messages
+and offloaded results are.
+
+The statistics depend on the configuration the session is managed with. ctxmgr serve
+records it with the session (preset, window, max output, token counter, system prompt
+and tools), and show uses that record, so it prints what /context prints. --preset,
+--window and --max-output override it; for a session without a record (one made by
+the library, or a store that keeps none) they default to default, 200000 and 32000,
+and the system and tools regions are 0. "config_from" says which applied.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("preset") && !ctxmgr.IsPreset(preset) {
+				return usageErrorf("--preset %q: want one of %s", preset, strings.Join(ctxmgr.Presets(), ", "))
+			}
+			if cmd.Flags().Changed("window") && window <= 0 {
+				return usageErrorf("--window %d: must be positive", window)
+			}
+			if cmd.Flags().Changed("max-output") && maxOutput < 0 {
+				return usageErrorf("--max-output %d: must not be negative", maxOutput)
+			}
+			return withStore(cmd, *spec, func(ctx context.Context, st store.Store) error {
+				if _, err := findSession(ctx, st, args[0]); err != nil {
+					return err
+				}
+				out, err := showSession(ctx, cmd, st, args[0], preset, window, maxOutput)
+				if err != nil {
+					return err
+				}
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(out)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&preset, "preset", ctxmgr.PresetDefault, "configuration preset (default: the session's recorded one): "+strings.Join(ctxmgr.Presets(), ", "))
+	f.IntVar(&window, "window", 200000, "context window in tokens (default: the session's recorded window)")
+	f.IntVar(&maxOutput, "max-output", 32000, "tokens reserved for the reply (default: the session's recorded one)")
+	return cmd
+}
+
+// showSession loads the session under its recorded configuration (flags given explicitly
+// override it) and returns its statistics.
+func showSession(ctx context.Context, cmd *cobra.Command, st store.Store, id, preset string, window, maxOutput int) (*showOutput, error) {
+	snap, found, err := readSnapshot(ctx, st, id)
+	if err != nil {
+		return nil, err
+	}
+	from := "flags"
+	overridden := false
+	if found {
+		from = "snapshot"
+		if !cmd.Flags().Changed("preset") && snap.Preset != "" {
+			preset = snap.Preset
+		}
+		if !cmd.Flags().Changed("window") && snap.Window > 0 {
+			window = snap.Window
+		}
+		if !cmd.Flags().Changed("max-output") && snap.MaxOutput > 0 {
+			maxOutput = snap.MaxOutput
+		}
+		for _, f := range []string{"preset", "window", "max-output"} {
+			overridden = overridden || cmd.Flags().Changed(f)
+		}
+		if overridden {
+			from = "snapshot+flags"
+		}
+	}
+	if maxOutput >= window {
+		return nil, usageErrorf("--max-output %d: must be smaller than the window %d", maxOutput, window)
+	}
+	cfg, err := ctxmgr.Preset(preset, window, maxOutput)
+	if err != nil {
+		return nil, err
+	}
+	counterName := "o200k_base"
+	switch {
+	case found && snap.Counter != "" && !strings.HasPrefix(snap.Counter, "cal:"):
+		c, err := tokens.ForEncoding(snap.Counter)
+		if err != nil {
+			return nil, fmt.Errorf("session %s: recorded counter: %w", id, err)
+		}
+		cfg.Counter, counterName = c, snap.Counter
+		// As the proxy does for an exact count: no safety margin.
+		cfg.Budget.SafetyMargin = budget.ZeroRatio
+	case found && snap.Counter != "":
+		// The proxy's calibrated heuristic before any observation.
+		cfg.Counter = tokens.NewCalibrator(tokens.NewHeuristic(tokens.HeuristicOptions{}), tokens.CalibratorOptions{}).Counter(strings.TrimPrefix(snap.Counter, "cal:"))
+		counterName = "heuristic estimate"
+	}
+	cfg.Store = st
+	m, err := ctxmgr.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	s, err := m.LoadSession(ctx, id, snap.System, snap.Tools)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Counter == nil {
+		counterName = m.Config().Counter.Name()
+	}
+	return &showOutput{Stats: m.Stats(s), Preset: preset, Counter: counterName, ConfigFrom: from}, nil
+}
+
+// readSnapshot returns the session's recorded configuration, if the store keeps one.
+func readSnapshot(ctx context.Context, st store.Store, id string) (configSnapshot, bool, error) {
+	var snap configSnapshot
+	cs, ok := st.(store.ConfigStore)
+	if !ok {
+		return snap, false, nil
+	}
+	key, raw, err := cs.Config(ctx, id)
+	if err != nil {
+		return snap, false, fmt.Errorf("session %s: reading its configuration: %w", id, err)
+	}
+	if len(raw) == 0 {
+		return snap, false, nil
+	}
+	if err := json.Unmarshal(raw, &snap); err != nil {
+		return snap, false, fmt.Errorf("session %s: its recorded configuration is not valid: %w", id, err)
+	}
+	// The store's model column holds the proxy's counter key: an encoding, or "cal:MODEL".
+	if key != "" {
+		snap.Counter = key
+	}
+	return snap, true, nil
+}

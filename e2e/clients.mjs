@@ -1,0 +1,311 @@
+// The real clients, each driven through the fake upstream's agent script (see
+// proxy/fakeupstream/agent.go): the fake asks for N tool calls on generated files of a few
+// thousand tokens each (so the history grows far beyond the window), then answers
+// "e2e-agent done: N steps." Each client runs its own tool loop and executes the tools itself.
+//
+// A client function gets { proxy, trap, work, dir } and returns { fails, notes }: whether the
+// client finished normally with the final answer. lib.mjs checks the rest (upstream records,
+// metrics, network attempts).
+import fs from 'node:fs';
+import path from 'node:path';
+import { execFileSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import OpenAI from 'openai';
+import { generateText, streamText, tool, stepCountIs, jsonSchema } from 'ai';
+import { createOpenAI } from '@ai-sdk/openai';
+import { createAnthropic } from '@ai-sdk/anthropic';
+import { ChatOpenAI } from '@langchain/openai';
+import { ChatAnthropic } from '@langchain/anthropic';
+import { ToolMessage, HumanMessage } from '@langchain/core/messages';
+import { runProcess, marker, writeSteps, AGENT_DONE } from './lib.mjs';
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const NODE_BIN = path.join(HERE, 'node_modules', '.bin');
+
+// The tools of the SDK-driven agents, executed for real in the work directory.
+const TOOL_DESC = {
+  bash: 'Run a shell command in the work directory and return its output.',
+  read_file: 'Read a file and return its content.',
+};
+const TOOL_SCHEMA = {
+  bash: { type: 'object', properties: { command: { type: 'string', description: 'The command.' } }, required: ['command'], additionalProperties: false },
+  read_file: { type: 'object', properties: { file_path: { type: 'string', description: 'Absolute path.' } }, required: ['file_path'], additionalProperties: false },
+};
+function runTool(name, args, cwd) {
+  if (name === 'bash') return execFileSync('bash', ['-c', String(args.command)], { cwd, encoding: 'utf8', timeout: 10000, maxBuffer: 1 << 24 });
+  if (name === 'read_file') return fs.readFileSync(String(args.file_path), 'utf8');
+  throw new Error(`unknown tool ${name}`);
+}
+
+// Two turns per SDK client: the first not streamed, the second streamed, in one conversation.
+function twoTurns(work, steps) {
+  const a = path.join(work, 'a');
+  const b = path.join(work, 'b');
+  writeSteps(a, steps[0], 3000, 'a');
+  writeSteps(b, steps[1], 3000, 'b');
+  return [
+    `Run the build steps and report. ${marker(steps[0], a)}`,
+    `Now the second batch, please. ${marker(steps[1], b)}`,
+  ];
+}
+
+function expectDone(fails, what, text, steps) {
+  const want = `${AGENT_DONE}${steps} steps.`;
+  if (!String(text ?? '').includes(want)) fails.push(`${what}: the final answer is not ${JSON.stringify(want)}: ${JSON.stringify(String(text ?? '').slice(0, 300))}`);
+}
+
+// --- AI SDK (ai v6) ---
+
+function aiTools(cwd) {
+  const t = {};
+  for (const name of Object.keys(TOOL_DESC)) {
+    t[name] = tool({ description: TOOL_DESC[name], inputSchema: jsonSchema(TOOL_SCHEMA[name]), execute: async (args) => runTool(name, args, cwd) });
+  }
+  return t;
+}
+
+async function aiSdkCase(model, { work }, providerOptions) {
+  const fails = [];
+  const steps = [10, 8];
+  const prompts = twoTurns(work, steps);
+  const tools = aiTools(work);
+  const r1 = await generateText({ model, tools, prompt: prompts[0], stopWhen: stepCountIs(steps[0] + 2), maxRetries: 0, providerOptions });
+  expectDone(fails, 'generateText', r1.text, steps[0]);
+  const messages = [{ role: 'user', content: prompts[0] }, ...r1.response.messages, { role: 'user', content: prompts[1] }];
+  let streamErr;
+  const r2 = streamText({ model, tools, messages, stopWhen: stepCountIs(steps[1] + 2), maxRetries: 0, providerOptions, onError: ({ error }) => { streamErr = error; } });
+  const text2 = await r2.text;
+  if (streamErr) fails.push(`streamText: ${streamErr.message ?? streamErr}`);
+  expectDone(fails, 'streamText', text2, steps[1]);
+  const nSteps = r1.steps.length + (await r2.steps).length;
+  return { fails, notes: [`${nSteps} steps`] };
+}
+
+export function aiSdkOpenAIChat(ctx) {
+  const openai = createOpenAI({ baseURL: `${ctx.proxy.url}/v1`, apiKey: 'sk-e2e-aisdk' });
+  return aiSdkCase(openai.chat('gpt-4o'), ctx);
+}
+export function aiSdkOpenAIResponses(ctx) {
+  const openai = createOpenAI({ baseURL: `${ctx.proxy.url}/v1`, apiKey: 'sk-e2e-aisdk' });
+  return aiSdkCase(openai('gpt-4o'), ctx); // the default: the Responses API
+}
+export function aiSdkAnthropic(ctx) {
+  const anthropic = createAnthropic({ baseURL: `${ctx.proxy.url}/v1`, apiKey: 'sk-ant-e2e-aisdk' });
+  // Its default max_tokens (64000), and extended thinking: the fake signs the thinking blocks
+  // and refuses any that do not come back byte-exact.
+  return aiSdkCase(anthropic('claude-sonnet-4-5'), ctx, { anthropic: { thinking: { type: 'enabled', budgetTokens: 2048 } } });
+}
+
+// --- LangChain JS ---
+
+async function langchainCase(model, { work }) {
+  const fails = [];
+  const steps = [10, 8];
+  const prompts = twoTurns(work, steps);
+  const bound = model.bindTools(Object.keys(TOOL_DESC).map((name) => ({
+    type: 'function', function: { name, description: TOOL_DESC[name], parameters: TOOL_SCHEMA[name] },
+  })));
+  const messages = [];
+  let calls = 0;
+  for (const [turn, prompt] of prompts.entries()) {
+    messages.push(new HumanMessage(prompt));
+    const stream = turn === 1;
+    let final = null;
+    for (let i = 0; i < steps[turn] + 2; i++) {
+      let ai;
+      if (!stream) ai = await bound.invoke(messages);
+      else {
+        for await (const chunk of await bound.stream(messages)) ai = ai ? ai.concat(chunk) : chunk;
+      }
+      messages.push(ai);
+      if (!ai.tool_calls?.length) {
+        final = typeof ai.content === 'string' ? ai.content : ai.content.map((c) => c.text ?? '').join('');
+        break;
+      }
+      for (const tc of ai.tool_calls) {
+        calls++;
+        messages.push(new ToolMessage({ content: runTool(tc.name, tc.args, work), tool_call_id: tc.id }));
+      }
+    }
+    expectDone(fails, stream ? 'stream' : 'invoke', final, steps[turn]);
+  }
+  return { fails, notes: [`${calls} tool calls`] };
+}
+
+export function langchainOpenAI(ctx) {
+  return langchainCase(new ChatOpenAI({ model: 'gpt-4o', apiKey: 'sk-e2e-langchain', maxRetries: 0, configuration: { baseURL: `${ctx.proxy.url}/v1` } }), ctx);
+}
+export function langchainAnthropic(ctx) {
+  return langchainCase(new ChatAnthropic({ model: 'claude-sonnet-4-5', apiKey: 'sk-ant-e2e-langchain', maxRetries: 0, anthropicApiUrl: ctx.proxy.url }), ctx);
+}
+
+// --- the official openai package, Responses API (stateless: store false, as Codex sends) ---
+
+export async function openaiResponses({ proxy, work }) {
+  const fails = [];
+  const steps = [10, 8];
+  const prompts = twoTurns(work, steps);
+  const client = new OpenAI({ baseURL: `${proxy.url}/v1`, apiKey: 'sk-e2e-responses', maxRetries: 0, timeout: 60000 });
+  const tools = Object.keys(TOOL_DESC).map((name) => ({ type: 'function', name, description: TOOL_DESC[name], parameters: TOOL_SCHEMA[name], strict: false }));
+  const input = [];
+  for (const [turn, prompt] of prompts.entries()) {
+    input.push({ role: 'user', content: prompt });
+    const stream = turn === 1;
+    let final = null;
+    for (let i = 0; i < steps[turn] + 2; i++) {
+      const params = { model: 'gpt-4o', instructions: 'You are a coding agent under an end-to-end test.', input, tools, store: false, max_output_tokens: 1024 };
+      const resp = stream ? await client.responses.stream(params).finalResponse() : await client.responses.create(params);
+      input.push(...resp.output);
+      const calls = resp.output.filter((o) => o.type === 'function_call');
+      if (!calls.length) {
+        final = resp.output_text;
+        break;
+      }
+      for (const c of calls) input.push({ type: 'function_call_output', call_id: c.call_id, output: runTool(c.name, JSON.parse(c.arguments), work) });
+    }
+    expectDone(fails, stream ? 'stream' : 'create', final, steps[turn]);
+  }
+  // The proxy's ctxmgr_read, in Responses form: the fake calls it on a reference the proxy left
+  // in the context (an archive or an offload); the proxy answers it itself, and the client sees
+  // only the final text, never the call.
+  for (const stream of [false, true]) {
+    input.push({ role: 'user', content: 'now read back the full output of the earlier command' });
+    const params = { model: 'gpt-4o', instructions: 'You are a coding agent under an end-to-end test.', input, tools, store: false, max_output_tokens: 1024 };
+    const resp = stream ? await client.responses.stream(params).finalResponse() : await client.responses.create(params);
+    input.push(...resp.output);
+    if (resp.output.some((o) => o.type === 'function_call')) fails.push(`read back (${stream ? 'stream' : 'create'}): the client got a function call: ${JSON.stringify(resp.output).slice(0, 300)}`);
+    else if (!resp.output_text.startsWith('Read back: ')) fails.push(`read back (${stream ? 'stream' : 'create'}): the answer is ${JSON.stringify(resp.output_text.slice(0, 200))}`);
+  }
+  const reads = (await proxy.metrics()).get('ctxmgr_reads_total');
+  if (reads !== 2) fails.push(`ctxmgr_reads_total is ${reads}, want 2`);
+  return { fails, notes: [`${input.length} input items, ${reads} ctxmgr_read round trips`] };
+}
+
+// --- Claude Code (claude -p, its own Bash and Read tools) ---
+
+export function claudeCode(model) {
+  return async ({ proxy, trap, work, dir }) => {
+    const steps = 24; // ~120K tokens of tool output through a 40K window
+    const files = path.join(work, 'files');
+    writeSteps(files, steps, 5000, 'claude');
+    const home = path.join(dir, 'home');
+    fs.mkdirSync(home, { recursive: true });
+    const env = {
+      PATH: process.env.PATH, HOME: home, TMPDIR: path.join(dir, 'tmp'),
+      CLAUDE_CONFIG_DIR: path.join(dir, 'claude-config'),
+      ANTHROPIC_BASE_URL: proxy.url, ANTHROPIC_API_KEY: 'sk-ant-e2e-claude-code',
+      // No telemetry, update check, error report or other non-essential traffic.
+      CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1', DISABLE_TELEMETRY: '1', DISABLE_AUTOUPDATER: '1',
+      DISABLE_ERROR_REPORTING: '1', DISABLE_BUG_COMMAND: '1',
+      ...trap.env,
+    };
+    fs.mkdirSync(env.TMPDIR, { recursive: true });
+    const common = ['--output-format', 'text'];
+    if (model) common.push('--model', model);
+    // As root, --dangerously-skip-permissions is refused: allow the two tools instead.
+    common.push('--allowedTools', 'Bash', 'Read');
+    const fails = [];
+    // Two runs of one conversation: the second continues the first (claude -p --continue).
+    const more = 8;
+    const files2 = path.join(work, 'files2');
+    writeSteps(files2, more, 5000, 'claude2');
+    const runs = [
+      { args: ['-p', `Run the build steps and report. ${marker(steps, files)}`, ...common], steps },
+      { args: ['-p', `Now the second batch. ${marker(more, files2)}`, '--continue', ...common], steps: more },
+      // The fake asks for the proxy's ctxmgr_read; the proxy answers it, Claude Code never sees it.
+      { args: ['-p', 'now read back the full output of the earlier command', '--continue', ...common], readBack: true },
+    ];
+    for (const [i, run] of runs.entries()) {
+      const r = await runProcess(path.join(NODE_BIN, 'claude'), run.args, { cwd: work, env, timeoutMs: 120000, logFile: path.join(dir, `client${i + 1}.log`) });
+      if (r.code !== 0) {
+        fails.push(`claude run ${i + 1} exited with ${r.code ?? r.signal}${r.timedOut ? ' (timed out)' : ''}: ${(r.stdout + r.stderr).trim().slice(0, 400)}`);
+        break;
+      }
+      if (run.readBack) {
+        if (!r.stdout.startsWith('Read back: ')) fails.push(`claude -p run ${i + 1}: the read back answered ${JSON.stringify(r.stdout.slice(0, 200))}`);
+      } else expectDone(fails, `claude -p run ${i + 1}`, r.stdout, run.steps);
+    }
+    const reads = (await proxy.metrics()).get('ctxmgr_reads_total');
+    if (reads < 1) fails.push('no ctxmgr_read was answered by the proxy');
+    return { fails, notes: ['3 runs of one conversation (--continue), the last a ctxmgr_read'] };
+  };
+}
+
+// --- Codex CLI (codex exec, a custom Responses provider) ---
+
+export async function codexExec({ proxy, trap, work, dir }) {
+  const steps = 24; // ~100K tokens of tool output through a 40K window
+  const files = path.join(work, 'files');
+  writeSteps(files, steps, 4000, 'codex');
+  const home = path.join(dir, 'home');
+  const codexHome = path.join(dir, 'codex-home');
+  fs.mkdirSync(home, { recursive: true });
+  fs.mkdirSync(codexHome, { recursive: true });
+  fs.writeFileSync(path.join(codexHome, 'config.toml'), `# ctxmgr e2e: Codex through ctxmgr serve, nothing else.
+model = "gpt-5.1-codex"
+model_provider = "ctxmgr"
+check_for_update_on_startup = false
+web_search = "disabled"
+
+# No plugin catalogue, apps or memories: each would fetch from github.com or chatgpt.com.
+[features]
+plugins = false
+remote_plugin = false
+plugin_sharing = false
+apps = false
+memories = false
+
+[analytics]
+enabled = false
+
+[feedback]
+enabled = false
+
+[otel]
+exporter = "none"
+
+[model_providers.ctxmgr]
+name = "ctxmgr"
+base_url = "${proxy.url}/v1"
+wire_api = "responses"
+env_key = "CTXMGR_E2E_OPENAI_KEY"
+request_max_retries = 0
+stream_max_retries = 0
+supports_websockets = false
+`);
+  const env = { PATH: process.env.PATH, HOME: home, CODEX_HOME: codexHome, CTXMGR_E2E_OPENAI_KEY: 'sk-e2e-codex', TMPDIR: path.join(dir, 'tmp'), ...trap.env };
+  fs.mkdirSync(env.TMPDIR, { recursive: true });
+  const last = path.join(dir, 'codex-last-message.txt');
+  // The workspace-write sandbox (Codex's bundled bubblewrap) lets its shell commands read the
+  // work directory; approvals are off in exec mode. CODEX_SANDBOX=danger-full-access where user
+  // namespaces are not available.
+  const sandbox = process.env.CODEX_SANDBOX || 'workspace-write';
+  const args = ['exec', '--skip-git-repo-check', '--sandbox', sandbox, '-C', work, '-o', last,
+    `Run the build steps and report. ${marker(steps, files)}`];
+  const fails = [];
+  const r = await runProcess(path.join(NODE_BIN, 'codex'), args, { cwd: work, env, timeoutMs: 120000, logFile: path.join(dir, 'client1.log') });
+  if (r.code !== 0) {
+    fails.push(`codex exited with ${r.code ?? r.signal}${r.timedOut ? ' (timed out)' : ''}: ${codexErrors(r)}`);
+    return { fails, notes: [] };
+  }
+  expectDone(fails, 'codex exec', fs.existsSync(last) ? fs.readFileSync(last, 'utf8') : r.stdout, steps);
+  // The same conversation again (codex exec resume --last): the fake asks for the proxy's
+  // ctxmgr_read on a reference left in the compacted history; the proxy answers it in
+  // Responses form and Codex sees only the final text.
+  fs.rmSync(last, { force: true });
+  const r2 = await runProcess(path.join(NODE_BIN, 'codex'), ['exec', 'resume', '--last', '--skip-git-repo-check',
+    '-c', `sandbox_mode="${sandbox}"`, '-o', last, 'now read back the full output of the earlier command'],
+  { cwd: work, env, timeoutMs: 120000, logFile: path.join(dir, 'client2.log') });
+  if (r2.code !== 0) fails.push(`codex exec resume exited with ${r2.code ?? r2.signal}${r2.timedOut ? ' (timed out)' : ''}: ${codexErrors(r2)}`);
+  else {
+    const text = fs.existsSync(last) ? fs.readFileSync(last, 'utf8') : r2.stdout;
+    if (!text.startsWith('Read back: ')) fails.push(`codex exec resume: the read back answered ${JSON.stringify(text.slice(0, 200))}`);
+    const reads = (await proxy.metrics()).get('ctxmgr_reads_total');
+    if (reads < 1) fails.push('codex exec resume: no ctxmgr_read was answered by the proxy');
+  }
+  return { fails, notes: ['2 runs (exec, then exec resume --last with a ctxmgr_read)'] };
+}
+
+function codexErrors(r) {
+  return (r.stderr.split('\n').filter((l) => /error/i.test(l)).slice(-3).join(' | ') || (r.stdout + r.stderr).slice(-300)).trim();
+}

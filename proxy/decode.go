@@ -1,0 +1,181 @@
+package proxy
+
+import (
+	"container/list"
+	"crypto/sha256"
+	"sync"
+
+	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/wire"
+)
+
+// Decoding only what is new.
+//
+// Each request of a conversation repeats the previous one and adds a message or two. The
+// proxy keeps the last decoded body of each recent conversation (a wire.Layout) with the
+// normalized hashes of its messages, and decodes a new body with wire.DecodeNext against the
+// cached body that shares the longest prefix with it: only the new messages are validated,
+// decoded and hashed. Conversations are found by a hash of the body's first bytes (model,
+// system prompt, first message): the candidates under one such hash, a few conversations of
+// the same agent, are compared by their common prefix. The cache is bounded by the bytes of
+// the bodies it keeps (Config.DecodeCacheBytes), least recently used dropped first.
+
+// headLen is how much of a body's start names its candidates.
+const headLen = 1024
+
+// maxCandidates bounds the conversations kept under one head.
+const maxCandidates = 32
+
+type decoded struct {
+	head   [16]byte
+	lay    *wire.Layout
+	hashes []nhash // of lay.Request().Messages
+	elem   *list.Element
+	used   uint64 // tick of the last lookup or store
+}
+
+type decodeCache struct {
+	mu     sync.Mutex
+	limit  int
+	size   int
+	byHead map[[16]byte][]*decoded
+	lru    *list.List // of *decoded, most recent first
+	tick   uint64
+}
+
+func newDecodeCache(limit int) *decodeCache {
+	return &decodeCache{limit: limit, byHead: map[[16]byte][]*decoded{}, lru: list.New()}
+}
+
+func bodyHead(body []byte) [16]byte {
+	h := sha256.Sum256(body[:min(len(body), headLen)])
+	var k [16]byte
+	copy(k[:], h[:16])
+	return k
+}
+
+// decode decodes body in format f, reusing the cached conversation it continues, and returns
+// the request with the normalized hashes of its messages. The request shares memory with the
+// cache: it must not be modified (replace fields of a copy instead).
+func (c *decodeCache) decode(f Format, body []byte) (*chat.Request, []nhash, error) {
+	if c == nil || c.limit <= 0 {
+		req, err := wire.Decode(wire.Format(f), body)
+		if err != nil {
+			return nil, nil, err
+		}
+		return req, hashAll(req.Messages), nil
+	}
+	head := bodyHead(body)
+	prev := c.lookup(head, body)
+	var lay *wire.Layout
+	var req *chat.Request
+	var err error
+	if prev != nil {
+		req, lay, err = wire.DecodeNext(wire.Format(f), body, prev.lay)
+	} else {
+		req, lay, err = wire.DecodeLayout(wire.Format(f), body)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	out := *req // callers replace fields (tools); the cached request stays as decoded
+	var hashes []nhash
+	if prev != nil && lay != nil && lay.Reused() > 0 {
+		n := lay.Reused()
+		hashes = make([]nhash, n, len(req.Messages))
+		copy(hashes, prev.hashes[:n])
+		for i := n; i < len(req.Messages); i++ {
+			hashes = append(hashes, normHash(&req.Messages[i]))
+		}
+	} else {
+		hashes = hashAll(req.Messages)
+	}
+	if lay != nil {
+		c.store(&decoded{head: head, lay: lay, hashes: hashes}, prev)
+	}
+	return &out, hashes, nil
+}
+
+// lookup returns the cached body under head that shares the longest prefix with body.
+func (c *decodeCache) lookup(head [16]byte, body []byte) *decoded {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var best *decoded
+	bestN := -1
+	for _, d := range c.byHead[head] {
+		if n := sharedPrefix(d.lay.Body(), body); n > bestN {
+			best, bestN = d, n
+		}
+	}
+	if best != nil {
+		c.lru.MoveToFront(best.elem)
+		c.tick++
+		best.used = c.tick
+	}
+	return best
+}
+
+// sharedPrefix is the length of the common prefix of a and b.
+func sharedPrefix(a, b []byte) int {
+	n := min(len(a), len(b))
+	const chunk = 512
+	i := 0
+	for i+chunk <= n && string(a[i:i+chunk]) == string(b[i:i+chunk]) {
+		i += chunk
+	}
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	return i
+}
+
+// store adds d, replacing the entry it continues (prev, if any).
+func (c *decodeCache) store(d *decoded, prev *decoded) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if prev != nil && prev.elem != nil {
+		c.remove(prev)
+	}
+	if d.lay.Size() > c.limit {
+		return
+	}
+	list := c.byHead[d.head]
+	if len(list) >= maxCandidates {
+		oldest := list[0]
+		for _, x := range list {
+			if x.used < oldest.used {
+				oldest = x
+			}
+		}
+		c.remove(oldest)
+	}
+	c.tick++
+	d.used = c.tick
+	d.elem = c.lru.PushFront(d)
+	c.byHead[d.head] = append(c.byHead[d.head], d)
+	c.size += d.lay.Size()
+	for c.size > c.limit {
+		c.remove(c.lru.Back().Value.(*decoded))
+	}
+}
+
+func (c *decodeCache) remove(d *decoded) {
+	if d.elem == nil {
+		return
+	}
+	c.lru.Remove(d.elem)
+	d.elem = nil
+	c.size -= d.lay.Size()
+	list := c.byHead[d.head]
+	for i, x := range list {
+		if x == d {
+			list = append(list[:i:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(c.byHead, d.head)
+	} else {
+		c.byHead[d.head] = list
+	}
+}

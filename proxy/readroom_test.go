@@ -1,0 +1,70 @@
+package proxy
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	ooption "github.com/openai/openai-go/v3/option"
+
+	ctxmgr "github.com/ctxmgr/ctxmgr"
+	"github.com/ctxmgr/ctxmgr/proxy/fakeupstream"
+)
+
+// TestReadFollowUpWithinWindow: when the request before a ctxmgr_read call leaves no room for
+// the call and its result, the follow-up never exceeds the window (invariant 2) and the
+// client never gets a "could not read back" placeholder as the assistant's reply: the model
+// is asked again without the read tool and answers with what it has.
+func TestReadFollowUpWithinWindow(t *testing.T) {
+	const window = 8192
+	tune := func(c *ctxmgr.Config) {
+		smallTune(c)
+		c.Budget.Threshold, c.Budget.SoftThreshold, c.Budget.Reserve = 1, 1, 0.05
+	}
+	e := newEnv(t, fakeupstream.Options{Window: window}, Config{Window: window, Tune: tune})
+	ctx := ctxT(t)
+	for _, stream := range []bool{false, true} {
+		a := newOpenAIAgent(e.px.URL, bigOutput(6000), ooption.WithHeader(SessionHeader, fmt.Sprintf("read-room-%v", stream)))
+		if _, err := a.turn(ctx, "run the big command", stream); err != nil {
+			t.Fatal(err)
+		}
+		// A probe measures the request that asks for the read, then is rewound.
+		n := len(e.fake.Records())
+		if _, err := a.turn(ctx, "now read back the full output", stream); err != nil {
+			t.Fatal(err)
+		}
+		probe := e.fake.Records()[n]
+		if probe.Reply != "ctxmgr_read" {
+			t.Fatalf("probe: want a ctxmgr_read call, got %+v", probe)
+		}
+		a.dropLast(2)
+		// The same request again, with max tokens leaving 8 tokens of the window free.
+		a.maxOut = int64(window - probe.Tokens - 8)
+		n = len(e.fake.Records())
+		out, err := a.turn(ctx, "now read back the full output", stream)
+		if err != nil {
+			t.Fatalf("stream %v: %v (requests %+v)", stream, err, e.fake.Records()[n:])
+		}
+		if strings.Contains(out, "could not read back") || strings.HasPrefix(out, "[ctxmgr:") {
+			t.Errorf("stream %v: the client got a placeholder as the reply: %q", stream, out)
+		}
+		recs := e.fake.Records()[n:]
+		if len(recs) < 2 || recs[0].Reply != "ctxmgr_read" {
+			t.Fatalf("stream %v: want a ctxmgr_read call first, got %+v", stream, recs)
+		}
+		for _, r := range recs {
+			if r.Status != 200 {
+				t.Errorf("stream %v: request %d refused upstream (%d): %d tokens + %d max > %d", stream, r.Seq, r.Status, r.Tokens, r.MaxTokens, window)
+			}
+		}
+		// Either the read fits (the proxy lowers max_tokens to make room: the follow-up
+		// carries the result) or it does not (the model is asked again without the tool);
+		// both must fit the window, which checkRecords asserts.
+		if contains(recs[1].Tools, readToolName) && recs[1].MaxTokens >= int(a.maxOut) {
+			t.Errorf("stream %v: the follow-up offers ctxmgr_read with the client's whole max_tokens (%d)", stream, recs[1].MaxTokens)
+		}
+		t.Logf("stream %v: follow-up offers the read tool: %v, max tokens %d of the client's %d", stream, contains(recs[1].Tools, readToolName), recs[1].MaxTokens, a.maxOut)
+		checkRecords(t, recs, window)
+		a.maxOut = 512
+	}
+}
