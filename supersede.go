@@ -85,12 +85,16 @@ func (st *supState) scan(s *Session) {
 // makes the one the cost model (Config.Prices) expects to save most, or none when none pays.
 func (s *Session) economize(ctx context.Context, rep *Report) error {
 	cfg := &s.m.cfg
+	aging := cfg.AgeOut && cfg.OldToolResultCap > 0
+	if !cfg.Supersede && !aging {
+		return nil
+	}
 	s.sup.scan(s)
 	var cands []rewriteCandidate
 	if cfg.Supersede {
 		cands = s.supersedeCandidates()
 	}
-	if cfg.AgeOut && cfg.OldToolResultCap > 0 {
+	if aging {
 		cands = s.ageCandidates(cands)
 	}
 	if len(cands) == 0 {
