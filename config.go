@@ -46,15 +46,49 @@ type Config struct {
 	MaskProtectTokens int
 	MaskMinSaving     int
 	// AgeOut re-truncates a tool result to OldToolResultCap on any call once it is older than
-	// the RecentToolResults newest, but only where that pays for itself: when what it saves on
-	// the calls to come (estimated as many as were made so far) outweighs the prompt-cache miss
-	// it causes for the tokens after it. Results age out while they are still near the end of
-	// the request, so the miss is small and every later call is cheaper.
+	// the RecentToolResults newest, but only where that pays for itself under the cost model
+	// (Prices.Expected): aged results are cut in batches, together with superseded ones, and a
+	// batch is made when what it saves on the calls to come (estimated as a third of the calls
+	// made so far) outweighs the prompt-cache miss it causes for the tokens after its first
+	// change point. Results then mostly age out while still near the end of the request, where
+	// the miss is small.
 	AgeOut bool
+	// CostMaskKeep, when > 0, masks tool results older than the CostMaskKeep newest whenever
+	// the cost model says it pays (batched with superseding and age-out; see AgeOut), not only
+	// over the threshold. It is the main knob of the default preset between cost and recall:
+	// smaller masks sooner. Default 0 (off); it needs AgeOut.
+	CostMaskKeep int
+	// MaskBeforeSummary, when the request is still over the compaction trigger after the
+	// threshold rewrite, masks every tool result but the RecentToolResults newest before
+	// summarizing, so that the conversation's own messages stay verbatim (the summary runs
+	// only if that is not enough). Default off (the default preset turns it on).
+	MaskBeforeSummary bool
 	// RollingRewrite applies masking and the older cap on every call, not only over the
 	// threshold: the published "observation masking" baseline. Every rewrite is a prompt-cache
 	// miss for what follows it, so the default is off.
 	RollingRewrite bool
+
+	// Prices is the price profile rewrites are decided by (see Prices.Expected): a rewrite
+	// of history already sent is a prompt-cache miss for what follows it, and is made only
+	// when the saving over the calls to come covers it. Default PricesAnthropic.
+	Prices Prices
+	// Supersede replaces an older tool result that a later one shows again (the same file or
+	// range read again, the same command re-run, the same search, an identical result) by a
+	// reference to the later one, in batches, when that pays under the cost model (Prices).
+	// It loses nothing the agent can still see; the earlier text stays in the store. Default
+	// off (the default preset turns it on).
+	Supersede bool
+	// ReadTools declares tools that read files, beside the ones ctxmgr recognises (Claude
+	// Code's Read, read_file, view, str_replace_based_edit_tool's view, cat/sed -n/head/tail
+	// through a shell tool): their results are what the agent asked for, so they are not
+	// capped at ingestion while recent (up to RequestedReadCap) and they can be superseded
+	// by a later read of the same range.
+	ReadTools []ReadTool
+	// RequestedReadCap is the ingestion cap in bytes for results the agent requested as file
+	// reads (see ReadTools); they age out by the cost model like the others. Default: four
+	// times ToolResultCap, at most the window in bytes (a quarter of it in tokens); -1: the
+	// ordinary cap.
+	RequestedReadCap int
 
 	// Summarizer summarizes evicted turns. Default: the extractive summarizer.
 	Summarizer summarize.Summarizer
@@ -136,6 +170,12 @@ func (c Config) WithDefaults() Config {
 	if c.OffloadRetention == 0 {
 		c.OffloadRetention = 5 * 24 * time.Hour
 	}
+	if c.Prices == (Prices{}) {
+		c.Prices = PricesAnthropic
+	}
+	if c.RequestedReadCap == 0 && c.ToolResultCap > 0 {
+		c.RequestedReadCap = min(4*c.ToolResultCap, c.Budget.Window)
+	}
 	if c.MaskKeep == 0 {
 		c.MaskKeep = 10
 	}
@@ -165,7 +205,19 @@ func (c Config) Validate() error {
 	if err := c.Budget.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	if err := c.Prices.validate(); err != nil {
+		return err
+	}
+	for i, rt := range c.ReadTools {
+		if rt.Name == "" || rt.PathArg == "" {
+			return configErr("ReadTools", "[%d]: Name and PathArg are required", i)
+		}
+	}
 	switch {
+	case c.CostMaskKeep < 0:
+		return configErr("CostMaskKeep", "%d < 0", c.CostMaskKeep)
+	case c.RequestedReadCap < -1:
+		return configErr("RequestedReadCap", "%d < -1", c.RequestedReadCap)
 	case c.ToolResultCap < -1:
 		return configErr("ToolResultCap", "%d < -1", c.ToolResultCap)
 	case c.ToolResultCap > 0 && c.ToolResultCap < 256:

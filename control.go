@@ -73,10 +73,12 @@ type Stats struct {
 	Messages map[chat.Role]int `json:"messages"`
 	Total    int               `json:"total"`
 	Evicted  int               `json:"evicted"`
-	// Masked, Offloaded and Truncated count live tool results in each state.
-	Masked    int `json:"masked"`
-	Offloaded int `json:"offloaded"`
-	Truncated int `json:"truncated"`
+	// Masked, Offloaded and Truncated count live tool results in each state; Superseded
+	// those replaced by a reference to a later result that shows them again.
+	Masked     int `json:"masked"`
+	Offloaded  int `json:"offloaded"`
+	Truncated  int `json:"truncated"`
+	Superseded int `json:"superseded"`
 	// Regions are the tokens per region of the next request; Input their sum.
 	Regions   budget.Regions `json:"regions"`
 	Input     int            `json:"input"`
@@ -105,6 +107,8 @@ func (m *Manager) Stats(s *Session) Stats {
 		switch e.kind {
 		case viewMasked:
 			st.Masked++
+		case viewSuperseded:
+			st.Superseded++
 		case viewOffloaded, viewRetruncated:
 			st.Offloaded++
 		case viewTruncated:

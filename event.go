@@ -13,6 +13,7 @@ const (
 	StepOffload   Step = "offload"    // ingestion cap: a large tool result went to the store
 	StepRetrunc   Step = "retruncate" // older tool results cut to the smaller cap
 	StepMask      Step = "mask"       // old tool results replaced by stubs
+	StepSupersede Step = "supersede"  // tool results a later one shows again replaced by references
 	StepSummarize Step = "summarize"  // oldest turns folded into the summary and archived
 	StepTruncate  Step = "truncate"   // one huge turn cut middle-out
 	StepFallback  Step = "summarizer-fallback"
@@ -34,6 +35,11 @@ type Event struct {
 	Freed  int `json:"freed"`
 	// Messages is how many messages the step touched.
 	Messages int `json:"messages"`
+	// ExpectedSaving is, for a rewrite of history already sent (supersede, retruncate,
+	// mask), the net saving the cost model expected of it, in tokens at the base input price
+	// (Prices.Expected): positive for the rewrites it decided, possibly negative for those
+	// made under window pressure (over the threshold or the budget); 0 for other steps.
+	ExpectedSaving float64 `json:"expected_saving,omitempty"`
 }
 
 // ErrDoesNotFit is wrapped by *NoFitError.

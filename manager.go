@@ -99,10 +99,13 @@ func (m *Manager) emit(s *Session, ev Event) {
 			}
 		}
 	}
-	m.log.LogAttrs(context.Background(), slog.LevelInfo, "ctxmgr "+string(ev.Step),
-		slog.String("session", s.id), slog.String("reason", ev.Reason),
+	attrs := []slog.Attr{slog.String("session", s.id), slog.String("reason", ev.Reason),
 		slog.Int("before", ev.Before), slog.Int("after", ev.After),
-		slog.Int("freed", ev.Freed), slog.Int("messages", ev.Messages))
+		slog.Int("freed", ev.Freed), slog.Int("messages", ev.Messages)}
+	if ev.ExpectedSaving != 0 {
+		attrs = append(attrs, slog.Float64("expected_saving", ev.ExpectedSaving))
+	}
+	m.log.LogAttrs(context.Background(), slog.LevelInfo, "ctxmgr "+string(ev.Step), attrs...)
 }
 
 func (m *Manager) storeErr(op string, err error) error {

@@ -80,14 +80,17 @@ func (s *Session) prepare(ctx context.Context, force bool) (Prepared, error) {
 			return Prepared{}, err
 		}
 	}
-	if cfg.AgeOut && cfg.OldToolResultCap > 0 {
-		if err := s.ageOut(ctx, rep); err != nil {
-			return Prepared{}, err
-		}
+	if err := s.economize(ctx, rep); err != nil {
+		return Prepared{}, err
 	}
 	if force || s.overTrigger() {
 		if !cfg.RollingRewrite {
 			if err := s.rewrite(ctx, force, "over the compaction threshold", rep); err != nil {
+				return Prepared{}, err
+			}
+		}
+		if cfg.MaskBeforeSummary && s.overTrigger() {
+			if err := s.maskBeforeSummary(ctx, rep); err != nil {
 				return Prepared{}, err
 			}
 		}
@@ -329,7 +332,7 @@ func (s *Session) rewrite(ctx context.Context, force bool, reason string, rep *R
 		r := rank
 		rank++
 		e := &s.entries[i]
-		if e.exempt || e.kind == viewMasked || e.kind == viewTruncated {
+		if e.exempt || e.kind == viewMasked || e.kind == viewTruncated || e.kind == viewSuperseded {
 			continue
 		}
 		if cfg.MaskKeep >= 0 && r >= cfg.MaskKeep && !protected[i] {
@@ -373,62 +376,18 @@ func (s *Session) rewrite(ctx context.Context, force bool, reason string, rep *R
 		}
 	}
 	after := s.plan().Input
+	// Made under window pressure, not because it pays; the event still records what the cost
+	// model expects of it (often negative: the price of staying in the window).
+	tail := 0
+	for i := cands[0].i; i < len(s.entries); i++ {
+		tail += s.entries[i].tokens
+	}
+	expected := cfg.Prices.Expected(before-after, tail, s.assistants)
 	if masked > 0 {
-		s.note(rep, Event{Step: StepMask, Reason: reason, Before: before, After: after, Messages: masked + cut})
+		s.note(rep, Event{Step: StepMask, Reason: reason, Before: before, After: after, Messages: masked + cut, ExpectedSaving: expected})
 	} else {
-		s.note(rep, Event{Step: StepRetrunc, Reason: reason, Before: before, After: after, Messages: cut})
+		s.note(rep, Event{Step: StepRetrunc, Reason: reason, Before: before, After: after, Messages: cut, ExpectedSaving: expected})
 	}
-	return nil
-}
-
-// cachedPriceRatio is what a prompt-cache hit costs relative to an uncached input token, as
-// the major providers price it (Anthropic 0.1, OpenAI 0.1-0.5; the lower figure makes rewrites
-// rarer, which errs on the side of the cache).
-const cachedPriceRatio = 0.1
-
-// ageOut re-truncates aged tool results where the saving covers the cache miss (see
-// Config.AgeOut). A rewrite makes the tokens after it uncached for one call, costing
-// after*(1-r) in uncached-token units (r = cachedPriceRatio); each later call saves save*r.
-// The number of calls still to come is unknown. By the Copernican argument (the present call is
-// at a uniformly random point of the run), more than a third of the calls made so far remain
-// with probability 3/4; that is the estimate, so a rewrite pays off at least 3 times in 4.
-// Rewrite when calls/3*save*r >= (after+new)*(1-r).
-func (s *Session) ageOut(ctx context.Context, rep *Report) error {
-	cfg := &s.m.cfg
-	calls := float64(max(1, s.assistants)) / 3
-	var picked []int
-	rank, after := 0, 0
-	k := len(s.results) - 1
-	for i := len(s.entries) - 1; i >= s.start; i-- {
-		e := &s.entries[i]
-		if k >= 0 && s.results[k] == i {
-			k--
-			r := rank
-			rank++
-			if r >= cfg.RecentToolResults && !e.exempt && (e.kind == viewOriginal || e.kind == viewOffloaded) && e.size > cfg.OldToolResultCap {
-				keep := e.tokens * cfg.OldToolResultCap / max(1, textBytes(&e.view))
-				save := e.tokens - keep
-				if calls*float64(save)*cachedPriceRatio >= float64(after+keep)*(1-cachedPriceRatio) {
-					picked = append(picked, i)
-				}
-			}
-		}
-		after += e.tokens
-	}
-	if len(picked) == 0 {
-		return nil
-	}
-	before := s.plan().Input
-	for _, i := range picked {
-		e := &s.entries[i]
-		off, err := s.offload(ctx, i, e)
-		if err != nil {
-			return err
-		}
-		e.off = &off
-		s.setView(i, snippetView(&e.orig, off, cfg.OldToolResultCap), viewRetruncated)
-	}
-	s.note(rep, Event{Step: StepRetrunc, Reason: "aged out: the saving over the calls to come covers the cache miss", Before: before, After: s.plan().Input, Messages: len(picked)})
 	return nil
 }
 

@@ -33,21 +33,37 @@ func Presets() []string {
 // caller; the token Counter is part of the preset where the seed system estimates tokens its
 // own way (nil means ctxmgr's exact default).
 func Preset(name string, window, maxOutput int) (Config, error) {
+	c, err := preset(name, window, maxOutput)
+	if err == nil && name != PresetDefault {
+		// The wider cap for requested reads is ctxmgr's own; the seed presets and masking
+		// keep the behaviour of the systems they reproduce.
+		c.RequestedReadCap = -1
+	}
+	return c, err
+}
+
+func preset(name string, window, maxOutput int) (Config, error) {
 	w := budget.Window{Window: window, MaxOutput: maxOutput}
 	switch name {
 	case PresetDefault:
 		// Ours: exact tokens; tool results above 10,000 bytes (about 2,500 tokens) capped at
 		// ingestion, once, so the prefix never changes because of them, keeping head, tail
-		// and the notable lines between; a result older than the 2 newest is cut to 3,000
-		// bytes only when the tokens saved cover the cache miss of the rewrite (it is then
-		// near the end of the request); compaction late (85%) and in large batches: masking
-		// only when it frees 5% of the window, summaries down to a 20% reserve, cut between
-		// tool iterations when one turn is the whole run. Every rewrite of old history is a
-		// prompt-cache miss, so there are few of them and they are cheap.
+		// and the notable lines between; results the agent asked for as file reads or
+		// searches (Read with offset/limit, read_file, view, cat, sed -n, Grep) keep up to
+		// 40,000 bytes (at most the window in bytes) while recent. Every rewrite of history
+		// already sent is a prompt-cache miss, so each is made only when the cost model
+		// (Prices.Expected) says it pays, in batches: results a later one shows again
+		// become references to it (no recall lost), results older than the 2 newest are cut
+		// to 3,000 bytes keeping the lines that hold identifiers in play, results older than
+		// the 30 newest are masked. Over the threshold (85%) compaction runs in large
+		// batches: masking beyond the 10 newest when it frees 5% of the window, then, if
+		// still over, masking all but the 2 newest (the conversation's own messages stay
+		// verbatim), and only then summaries down to a 20% reserve, cut between tool
+		// iterations when one turn is the whole run.
 		// The summary may use 6% of the window (at least 1000 tokens): it is what remains
 		// of everything evicted, so it is worth more than its share of a call.
 		w.Threshold, w.Reserve = 0.85, 0.20
-		return Config{Budget: w, ToolResultCap: 10000, MaskKeep: 10, AgeOut: true, OldToolResultCap: 3000, RecentToolResults: 2,
+		return Config{Budget: w, ToolResultCap: 10000, MaskKeep: 10, AgeOut: true, OldToolResultCap: 3000, RecentToolResults: 2, CostMaskKeep: 30, Supersede: true, MaskBeforeSummary: true,
 			SummaryTokens: max(min(1000, window/4), window*6/100)}, nil
 	case PresetMasking:
 		// Lindenbauer et al. 2025: keep the last 10 tool outputs, mask older ones, on every

@@ -42,7 +42,7 @@ func (s *Session) persistState(ctx context.Context) error {
 	for i := s.start; i < len(s.entries); i++ {
 		e := &s.entries[i]
 		switch e.kind {
-		case viewMasked, viewRetruncated, viewTruncated, viewNoReasoning:
+		case viewMasked, viewRetruncated, viewTruncated, viewNoReasoning, viewSuperseded:
 			st.Views = append(st.Views, viewState{Index: i, Kind: e.kind, View: e.view, Off: e.off})
 		}
 	}
@@ -97,13 +97,13 @@ func (m *Manager) LoadSession(ctx context.Context, id string, system []chat.Mess
 		if e.orig.Role == chat.RoleTool {
 			e.size = textBytes(&e.orig)
 			e.exempt = slices.Contains(cfg.ExemptTools, e.orig.Name)
-			if cfg.ToolResultCap > 0 && e.size > cfg.ToolResultCap && !e.exempt {
+			if capB := s.ingestCap(e, nil); capB > 0 && e.size > capB {
 				off, err := s.offload(ctx, i, e)
 				if err != nil {
 					return nil, err
 				}
 				e.off = &off
-				e.view = snippetView(&e.orig, off, cfg.ToolResultCap)
+				e.view = snippetView(&e.orig, off, capB)
 				e.kind = viewOffloaded
 			}
 			s.results = append(s.results, i)

@@ -23,10 +23,11 @@ const (
 	viewMasked               // one-line stub with the reference
 	viewTruncated            // huge turn: middle-out cut with the reference
 	viewNoReasoning          // older reasoning dropped
+	viewSuperseded           // a later result shows it again: a reference to it (supersede.go)
 )
 
 func (k viewKind) String() string {
-	return [...]string{"original", "offloaded", "retruncated", "masked", "truncated", "no-reasoning"}[k]
+	return [...]string{"original", "offloaded", "retruncated", "masked", "truncated", "no-reasoning", "superseded"}[k]
 }
 
 // entry is one message of the history: the original exactly as appended, and the view that is
@@ -86,6 +87,8 @@ type Session struct {
 	windowLimit int
 
 	bg *job // background summary in flight or done, not yet applied
+
+	sup supState // which results later ones show again (supersede.go)
 }
 
 // ID returns the session id.
@@ -172,13 +175,13 @@ func (s *Session) Append(ctx context.Context, msgs ...chat.Message) error {
 		if e.orig.Role == chat.RoleTool {
 			e.size = textBytes(&e.orig)
 			e.exempt = slices.Contains(cfg.ExemptTools, e.orig.Name)
-			if cfg.ToolResultCap > 0 && e.size > cfg.ToolResultCap && !e.exempt {
+			if capB := s.ingestCap(e, msgs[:i]); capB > 0 && e.size > capB {
 				off, err := s.offload(ctx, base+i, e)
 				if err != nil {
 					return err
 				}
 				e.off = &off
-				e.view = snippetView(&e.orig, off, cfg.ToolResultCap)
+				e.view = snippetView(&e.orig, off, capB)
 				e.kind = viewOffloaded
 			}
 		}

@@ -16,6 +16,13 @@ import (
 // of the omitted middle (errors, failures, tracebacks: what an agent most often needs from a
 // long output), and a reference to the full text.
 func snippetView(orig *chat.Message, off store.Offloaded, capBytes int) chat.Message {
+	return snippetViewKeeping(orig, off, capBytes, nil)
+}
+
+// snippetViewKeeping is snippetView that also keeps, among the notable lines of the omitted
+// middle, the lines for which inPlay is true (lines holding identifiers the conversation uses;
+// see inplay.go). The notable share of the budget grows from 15% to 25% when inPlay is set.
+func snippetViewKeeping(orig *chat.Message, off store.Offloaded, capBytes int, inPlay func(string) bool) chat.Message {
 	text := fullText(orig)
 	ref := func(shownHead, shownTailFrom int) string {
 		return fmt.Sprintf("\n[ctxmgr: tool result offloaded: %d bytes, %d lines in all; lines %d-%d omitted here but for the notable ones below. Full text: %s (read it from line %d to continue)]\n",
@@ -32,7 +39,11 @@ func snippetView(orig *chat.Message, off store.Offloaded, capBytes int) chat.Mes
 	mid := ""
 	if tail0 != "" {
 		firstLine := strings.Count(head0, "\n") + 1
-		mid = notableLines(text[len(head0):len(text)-len(tail0)], firstLine, budget*15/100)
+		share := 15
+		if inPlay != nil {
+			share = 25
+		}
+		mid = notableLines(text[len(head0):len(text)-len(tail0)], firstLine, budget*share/100, inPlay)
 	}
 	rest := budget - len(mid)
 	head, tail := headTail(text, rest*2/3, rest/3)
@@ -54,10 +65,11 @@ var notable = []string{"error", "fail", "exception", "traceback", "panic", "fata
 // 50 MB result costs a bounded scan.
 const maxNotableScan = 4 << 20
 
-// notableLines returns up to budget bytes of the lines of mid that carry a notable marker,
+// notableLines returns up to budget bytes of the lines of mid that carry a notable marker (or
+// for which inPlay, when set, is true),
 // each prefixed with its line number (firstLine is the number of mid's first line) and cut
 // to 240 bytes. Only the first maxNotableScan bytes of mid are searched.
-func notableLines(mid string, firstLine, budget int) string {
+func notableLines(mid string, firstLine, budget int, inPlay func(string) bool) string {
 	if len(mid) > maxNotableScan {
 		mid = mid[:maxNotableScan]
 	}
@@ -71,7 +83,7 @@ func notableLines(mid string, firstLine, budget int) string {
 		} else {
 			l, mid = mid[:end], mid[end+1:]
 		}
-		if len(l) > 0 && hasNotable(l) {
+		if len(l) > 0 && (hasNotable(l) || inPlay != nil && inPlay(l)) {
 			if len(l) > 240 {
 				l = l[:runeStart(l, 240)] + "..."
 			}

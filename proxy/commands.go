@@ -182,7 +182,7 @@ func contextReport(ps *psession, st ctxmgr.Stats, readTool bool, summarizer stri
 		parts = []string{"none"}
 	}
 	fmt.Fprintf(&b, "Messages in context: %s; %d appended in all, %d evicted into the summary.\n", strings.Join(parts, ", "), st.Total, st.Evicted)
-	fmt.Fprintf(&b, "Tool results: %d offloaded, %d masked, %d truncated.\n", st.Offloaded, st.Masked, st.Truncated)
+	fmt.Fprintf(&b, "Tool results: %d offloaded, %d masked, %d superseded, %d truncated.\n", st.Offloaded, st.Masked, st.Superseded, st.Truncated)
 	used := fmt.Sprintf("%.1f%%", st.UsePercent)
 	if st.UsePercent > 0 && st.UsePercent < 0.1 {
 		used = "under 0.1%"

@@ -10,7 +10,6 @@ import (
 	"text/tabwriter"
 	"unicode/utf8"
 
-	"github.com/ctxmgr/ctxmgr"
 	"github.com/ctxmgr/ctxmgr/budget"
 )
 
@@ -51,6 +50,13 @@ func (r *Result) WriteText(w io.Writer) error {
 	if len(r.Sets) > 0 {
 		r.writeSets(ew)
 	}
+	fmt.Fprintf(ew, "\nrecall, recoverable recall and the cost of reading missed terms back\n")
+	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "strategy\trecall\trecoverable\tread back\tcost+read back\t")
+	for _, t := range r.Strategies {
+		fmt.Fprintf(tw, "%s\t%.4f\t%.4f\t%d\t%.3f\t\n", t.Name, t.Recall, t.RecoverableRecall, t.ReadBackTokens, t.CostWithReadBack)
+	}
+	tw.Flush()
 	fmt.Fprintf(ew, "\n%s", r.legend())
 	var notes []string
 	if n := r.noCompactionNote(); n != "" {
@@ -118,6 +124,8 @@ lost      messages that were at some call neither in the request nor readable fr
 overflow  calls whose input + max output exceeds the window; invalid: broken tool-call pairs
 compact   summaries made; sum in / sum out: tokens the summarizer read / wrote
 peak      largest request in tokens; cached: input a prompt cache would serve
+recoverable  recall counting also what the request shows a reference to (a stored tool
+          result, the archive); read back: tokens of one ctxmgr_read per such message
 `, r.Profile, r.Prices.Uncached, r.Prices.Cached, r.Prices.Output)
 }
 
@@ -131,7 +139,7 @@ func (r *Result) noCompactionNote() string {
 		if t.Name == StrategyRaw || t.Compactions > 0 {
 			continue
 		}
-		cfg, err := ctxmgr.Preset(t.Name, r.Window, r.MaxOutput)
+		cfg, err := strategyConfig(t.Name, r.Window, r.MaxOutput)
 		if err != nil || cfg.DisableSummary {
 			continue
 		}

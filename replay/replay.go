@@ -81,7 +81,8 @@ type Options struct {
 	// Window and MaxOutput are the model's context window and reply reserve in tokens.
 	// Defaults 200000 and 32000.
 	Window, MaxOutput int
-	// Strategies to replay, by name (see Strategies). Default: all.
+	// Strategies to replay, by name (see Strategies; also sweep strategies, SweepStrategy).
+	// Default: all.
 	Strategies []string
 	// Profile names the price profile (see ProfileByName). Default "anthropic".
 	Profile string
@@ -113,7 +114,7 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	seen := map[string]bool{}
 	for _, s := range o.Strategies {
-		if s != StrategyRaw && !ctxmgr.IsPreset(s) {
+		if !knownStrategy(s) {
 			return o, fmt.Errorf("replay: unknown strategy %q (known: %s)", s, strings.Join(Strategies(), ", "))
 		}
 		if seen[s] {
@@ -213,6 +214,14 @@ type Totals struct {
 	// Recall is recalled / referenced terms over all calls (micro-average); 1 when no call
 	// references anything.
 	Recall float64 `json:"recall"`
+	// RecoverableRecall is (recalled + recoverable) / referenced terms: recoverable terms are
+	// not in the request but readable through a reference it shows (a stored tool result, the
+	// archive). ReadBackTokens sums what reading them back would take (one ctxmgr_read of the
+	// message each, per call), and CostWithReadBack is Cost plus those tokens billed uncached.
+	RecoverableRecall float64 `json:"recoverable_recall"`
+	RecoverableTerms  int64   `json:"recoverable_terms"`
+	ReadBackTokens    int64   `json:"read_back_tokens"`
+	CostWithReadBack  float64 `json:"cost_with_read_back"`
 	// Compactions counts summaries made.
 	Compactions int `json:"compactions"`
 	// PrepareP50US and PrepareP99US are percentiles of the time one Prepare took, in µs.
@@ -262,7 +271,10 @@ type Call struct {
 	Error string
 	// Terms and Recalled: the size of the reference set and how many of it are recalled.
 	Terms, Recalled int
-	Prepare         time.Duration
+	// Recoverable counts the terms not recalled but readable through a reference the request
+	// shows (see recoverable); ReadBack is the tokens an agent would read back for them.
+	Recoverable, ReadBack int
+	Prepare               time.Duration
 }
 
 // trajData is what every strategy's replay of one trajectory shares, computed once.
@@ -411,6 +423,8 @@ func aggregate(runs []Replay, opts Options, prof Profile, keep func(traj int) bo
 				t.Compactions += c.Compactions
 				t.ReferenceTerms += int64(c.Terms)
 				t.RecalledTerms += int64(c.Recalled)
+				t.RecoverableTerms += int64(c.Recoverable)
+				t.ReadBackTokens += int64(c.ReadBack)
 				t.durations = append(t.durations, c.Prepare)
 				if c.Overflow {
 					t.Overflows++
@@ -436,10 +450,12 @@ func aggregate(runs []Replay, opts Options, prof Profile, keep func(traj int) bo
 			}
 		}
 		t.Cost = prof.Cost(t.InputTokens, t.CachedTokens, t.SummaryInputTokens, t.SummaryOutputTokens)
-		t.Recall = 1
+		t.Recall, t.RecoverableRecall = 1, 1
 		if t.ReferenceTerms > 0 {
 			t.Recall = float64(t.RecalledTerms) / float64(t.ReferenceTerms)
+			t.RecoverableRecall = float64(t.RecalledTerms+t.RecoverableTerms) / float64(t.ReferenceTerms)
 		}
+		t.CostWithReadBack = t.Cost + float64(t.ReadBackTokens)*prof.Uncached/1e6
 		if t.InputTokens > 0 {
 			t.CacheHitRate = float64(t.CachedTokens) / float64(t.InputTokens)
 		}
@@ -583,7 +599,9 @@ func (r *runner) replay(ctx context.Context, d *trajData, strategy string) (Repl
 			}
 			view := mapView(d, msgs, &me, evicted, pinned, i)
 			c.Terms = len(d.refs[i])
-			c.Recalled = recalled(d.refs[i], msgs, view)
+			var missed []int
+			c.Recalled, missed = recalled(d.refs[i], msgs, view)
+			c.Recoverable, c.ReadBack = recoverable(d, d.refs[i], missed, msgs, view, evicted)
 			if lc != nil && c.Error == "" {
 				if err := lc.check(ctx, msgs, view, evicted, i); err != nil {
 					return run, err
@@ -622,7 +640,7 @@ func errorKind(err error) string {
 // manager builds a fresh Manager for the strategy with a memory store, a discarding logger
 // and the replay's summarizer, and opens the trajectory's session.
 func (r *runner) manager(strategy string, t *Trajectory) (*ctxmgr.Manager, *ctxmgr.Session, *store.Memory, error) {
-	cfg, err := ctxmgr.Preset(strategy, r.opts.Window, r.opts.MaxOutput)
+	cfg, err := strategyConfig(strategy, r.opts.Window, r.opts.MaxOutput)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -632,6 +650,10 @@ func (r *runner) manager(strategy string, t *Trajectory) (*ctxmgr.Manager, *ctxm
 		// default counter comes with no safety margin (Config.WithDefaults); keep it so.
 		cfg.Counter = r.opts.Counter
 		cfg.Budget.SafetyMargin = budget.ZeroRatio
+	}
+	if prof, err := ProfileByName(r.opts.Profile); err == nil && cfg.Prices == (ctxmgr.Prices{}) {
+		// Rewrites are decided under the prices the replay bills (--profile).
+		cfg.Prices = ctxmgr.Prices{Uncached: prof.Uncached, Cached: prof.Cached}
 	}
 	st := store.NewMemory()
 	cfg.Store = st
@@ -709,11 +731,13 @@ func mapView(d *trajData, msgs []chat.Message, me *measured, evicted, pinned, up
 // recalled counts the reference terms present in the request: a term is present when a
 // message it occurs in is in the request verbatim, or when it is a substring of the text of
 // the request's other messages (the summary, and masked, offloaded or truncated views).
-func recalled(refs []refTerm, msgs []chat.Message, v view) int {
+// It also returns the indices of the terms it missed.
+func recalled(refs []refTerm, msgs []chat.Message, v view) (int, []int) {
 	n := 0
+	var missed []int
 	var other string
 	built := false
-	for _, r := range refs {
+	for i, r := range refs {
 		found := false
 		for _, j := range r.occ {
 			if j < len(v.verbatim) && v.verbatim[j] {
@@ -734,9 +758,11 @@ func recalled(refs []refTerm, msgs []chat.Message, v view) int {
 		}
 		if found {
 			n++
+		} else {
+			missed = append(missed, i)
 		}
 	}
-	return n
+	return n, missed
 }
 
 // billed wraps a strategy's summarizer so that summary calls are billed as an LLM would bill

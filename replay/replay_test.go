@@ -84,7 +84,7 @@ func TestReplaySample(t *testing.T) {
 		// default summarizes between iterations with the task pinned; the tau-bench run has
 		// many turns: default summarizes it too.
 		{name: "12k", trajs: all, window: 12000, maxOutput: 1024, summaries: true, rawOverflows: true},
-		{name: "6k tau-bench", trajs: all[2:], window: 6000, maxOutput: 1024, summaries: true},
+		{name: "5k tau-bench", trajs: all[2:], window: 5000, maxOutput: 1024, summaries: true, rawOverflows: true},
 		{name: "defaults", trajs: all},
 	}
 	for _, tc := range tests {
@@ -431,7 +431,7 @@ func TestReplayLLMSummarizer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := Run(context.Background(), sample(t)[2:], Options{Window: 6000, MaxOutput: 1024, Strategies: []string{"default"}, Counter: measuring(t), Summarizer: llm})
+	res, err := Run(context.Background(), sample(t)[2:], Options{Window: 5000, MaxOutput: 1024, Strategies: []string{"default"}, Counter: measuring(t), Summarizer: llm})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,11 +7,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 
 	"github.com/spf13/cobra"
 
+	ctxmgr "github.com/ctxmgr/ctxmgr"
 	"github.com/ctxmgr/ctxmgr/replay"
 	"github.com/ctxmgr/ctxmgr/summarize"
 	"github.com/ctxmgr/ctxmgr/tokens"
@@ -70,7 +72,10 @@ with an error and a non-zero exit rather than measuring the fallback.
 
 Cost is in units of the price of a million input tokens under --profile:
 anthropic (uncached input 1.25, cached 0.1, output 5) or openai (1, 0.1, 8).
---json prints one JSON object; --report DIR writes DIR/index.html with charts.`,
+--json prints one JSON object; --report DIR writes DIR/index.html with charts;
+with --report, default's main knob (how many of the newest tool results the cost
+model never masks) is swept too: default@10, default@20, default@60, default@off
+appear in the tables and on the cost/recall chart beside every preset.`,
 		Example: `  ctxmgr replay
   ctxmgr replay --window 32768 --max-output 4096 ../shared/data/trajectories
   ctxmgr replay --strategy raw,masking,default --json runs/
@@ -128,6 +133,16 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 		}
 		if len(strategies) == 0 {
 			return usageErrorf("--strategy names no strategy")
+		}
+	}
+	if o.report != "" && (len(strategies) == 0 || slices.Contains(strategies, ctxmgr.PresetDefault)) {
+		// The report draws default's main knob swept, with every preset, on the cost/recall
+		// chart.
+		if len(strategies) == 0 {
+			strategies = replay.Strategies()
+		}
+		for _, n := range replay.DefaultSweep {
+			strategies = append(strategies, replay.SweepStrategy(n))
 		}
 	}
 	if o.format != "" {

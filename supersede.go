@@ -1,0 +1,249 @@
+package ctxmgr
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"slices"
+
+	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/store"
+)
+
+// Superseding: when a later tool result shows again what an earlier one showed (the same file
+// or a range of it read again, the same command run again: a test re-run, git diff, ls; the
+// same search; an identical result of any other tool), the earlier copy is replaced by a
+// short reference to the later one. The agent can still see everything the earlier copy
+// showed, in its newer form, so this costs no recall; the earlier text stays in the store
+// under the reference. A rewrite of history already sent is a prompt-cache miss for what
+// follows it, so superseded results are replaced in batches, when the batch pays under the
+// cost model (Prices.Expected).
+
+// supState is what superseding knows of a session, built incrementally from its entries.
+type supState struct {
+	scanned int                   // entries[:scanned] are classified
+	calls   map[string]toolAction // actions of calls whose results have not come yet
+	actions map[int]toolAction    // tool result position -> what it shows
+	byKey   map[string][]int      // key -> positions of results no later one covers yet
+	by      map[int]int           // position -> the later position that shows it again
+	terms   map[string]bool       // identifiers in play (inplay.go)
+}
+
+// scan classifies the entries appended since the last scan and records which earlier
+// results they supersede.
+func (st *supState) scan(s *Session) {
+	if st.calls == nil {
+		st.calls, st.actions, st.byKey, st.by = map[string]toolAction{}, map[int]toolAction{}, map[string][]int{}, map[int]int{}
+	}
+	extra := s.m.cfg.ReadTools
+	for i := st.scanned; i < len(s.entries); i++ {
+		m := &s.entries[i].orig
+		for _, tc := range m.ToolCalls {
+			st.calls[tc.ID] = classify(tc, extra)
+			st.addTerms(tc.Arguments)
+		}
+		if m.Role == chat.RoleUser || m.Role == chat.RoleAssistant {
+			for _, p := range m.Content {
+				if p.Type == chat.PartText {
+					st.addTerms(p.Text)
+				}
+			}
+		}
+		if m.Role != chat.RoleTool {
+			continue
+		}
+		a, ok := st.calls[m.ToolCallID]
+		if !ok {
+			continue
+		}
+		delete(st.calls, m.ToolCallID)
+		if a.kind == actOther {
+			// Another tool's result is superseded only by the very same result again.
+			h := fnv.New64a()
+			h.Write([]byte(fullText(m)))
+			a.key = fmt.Sprintf("%s#%x", a.key, h.Sum64())
+		}
+		st.actions[i] = a
+		kept := st.byKey[a.key][:0]
+		for _, j := range st.byKey[a.key] {
+			if st.actions[j].coveredBy(a) {
+				st.by[j] = i
+			} else {
+				kept = append(kept, j)
+			}
+		}
+		st.byKey[a.key] = append(kept, i)
+	}
+	st.scanned = len(s.entries)
+}
+
+// economize makes the rewrites of old tool results that pay, as one batch: superseded
+// results become references to the results that show them again, with Config.AgeOut results
+// older than the RecentToolResults newest are cut to OldToolResultCap, and with
+// Config.CostMaskKeep results older than that many newest are masked. Of every batch
+// that could be made (all candidates from some position on: they share one cache miss), it
+// makes the one the cost model (Config.Prices) expects to save most, or none when none pays.
+func (s *Session) economize(ctx context.Context, rep *Report) error {
+	cfg := &s.m.cfg
+	aging := cfg.AgeOut && cfg.OldToolResultCap > 0
+	if !cfg.Supersede && !aging {
+		return nil
+	}
+	s.sup.scan(s)
+	var cands []rewriteCandidate
+	if cfg.Supersede {
+		cands = s.supersedeCandidates()
+	}
+	if aging {
+		cands = s.ageCandidates(cands)
+	}
+	if len(cands) == 0 {
+		return nil
+	}
+	return s.applyBatch(ctx, cands, rep)
+}
+
+// ageCandidates adds to cands (superseding candidates, which take precedence) the tool results
+// older than the RecentToolResults newest whose view is larger than OldToolResultCap.
+func (s *Session) ageCandidates(cands []rewriteCandidate) []rewriteCandidate {
+	cfg := &s.m.cfg
+	taken := make(map[int]bool, len(cands))
+	for _, c := range cands {
+		taken[c.pos] = true
+	}
+	rank := 0
+	for k := len(s.results) - 1; k >= 0; k-- {
+		i := s.results[k]
+		if i < s.start {
+			break
+		}
+		r := rank
+		rank++
+		e := &s.entries[i]
+		if taken[i] || e.exempt || i == s.pinned {
+			continue
+		}
+		if cfg.CostMaskKeep > 0 && r >= cfg.CostMaskKeep && (e.kind == viewOriginal || e.kind == viewOffloaded || e.kind == viewRetruncated) {
+			const stubTokens = 60
+			if save := e.tokens - stubTokens; save >= stubTokens {
+				cands = append(cands, rewriteCandidate{pos: i, save: save, kind: viewMasked})
+			}
+			continue
+		}
+		if r < cfg.RecentToolResults || e.size <= cfg.OldToolResultCap || (e.kind != viewOriginal && e.kind != viewOffloaded) {
+			continue
+		}
+		keep := e.tokens * cfg.OldToolResultCap / max(1, textBytes(&e.view))
+		if save := e.tokens - keep; save > 0 {
+			cands = append(cands, rewriteCandidate{pos: i, save: save, kind: viewRetruncated})
+		}
+	}
+	return cands
+}
+
+// supersedeCandidates returns the tool results a later one shows again, whole.
+func (s *Session) supersedeCandidates() []rewriteCandidate {
+	s.sup.scan(s)
+	var cands []rewriteCandidate
+	for j, later := range s.sup.by {
+		if j < s.start || j == s.pinned {
+			delete(s.sup.by, j) // evicted: summarized and archived already
+			continue
+		}
+		e, le := &s.entries[j], &s.entries[later]
+		if e.exempt || e.kind == viewSuperseded || e.kind == viewMasked || e.kind == viewTruncated {
+			delete(s.sup.by, j)
+			continue
+		}
+		if le.kind != viewOriginal {
+			continue // the later copy is not shown whole: the earlier one stays
+		}
+		const refTokens = 70 // the reference line
+		if save := e.tokens - refTokens; save > 0 {
+			cands = append(cands, rewriteCandidate{pos: j, save: save, kind: viewSuperseded})
+		}
+	}
+	return cands
+}
+
+// applyBatch makes the batch of cands that pays best, if one does.
+func (s *Session) applyBatch(ctx context.Context, cands []rewriteCandidate, rep *Report) error {
+	cfg := &s.m.cfg
+	slices.SortFunc(cands, func(a, b rewriteCandidate) int { return a.pos - b.pos })
+	// tail[k] is the tokens sent from position cands[k].pos on.
+	tails := make(map[int]int, len(cands))
+	sum, k := 0, len(cands)-1
+	for i := len(s.entries) - 1; i >= s.start && k >= 0; i-- {
+		sum += s.entries[i].tokens
+		if i == cands[k].pos {
+			tails[i] = sum
+			k--
+		}
+	}
+	from, expected := cfg.Prices.bestBatch(cands, func(pos int) int { return tails[pos] }, s.assistants)
+	if from == len(cands) {
+		return nil
+	}
+	before := s.plan().Input
+	var n [2]int
+	var saved [2]int
+	for _, c := range cands[from:] {
+		j := c.pos
+		e := &s.entries[j]
+		off, err := s.offload(ctx, j, e)
+		if err != nil {
+			return err
+		}
+		e.off = &off
+		if c.kind == viewMasked {
+			s.setView(j, stubView(&e.orig, off, e.tokens), viewMasked)
+			n[1]++
+			saved[1] += c.save
+		} else if c.kind == viewSuperseded {
+			later := s.sup.by[j]
+			s.setView(j, supersededView(&e.orig, off, e.tokens, s.sup.actions[j], later, s.entries[later].orig.ToolCallID), viewSuperseded)
+			delete(s.sup.by, j)
+			n[0]++
+			saved[0] += c.save
+		} else {
+			s.setView(j, snippetViewKeeping(&e.orig, off, cfg.OldToolResultCap, s.sup.inPlay), viewRetruncated)
+			n[1]++
+			saved[1] += c.save
+		}
+	}
+	// One event per kind of rewrite; the batch's expected saving is shared by tokens saved.
+	after := s.plan().Input
+	total := float64(max(1, saved[0]+saved[1]))
+	if n[0] > 0 {
+		s.note(rep, Event{Step: StepSupersede, Reason: "later tool results show these again; the batch's saving over the calls to come covers the cache miss",
+			Before: before, After: before - saved[0]*(before-after)/max(1, saved[0]+saved[1]), Messages: n[0], ExpectedSaving: expected * float64(saved[0]) / total})
+	}
+	if n[1] > 0 {
+		s.note(rep, Event{Step: StepRetrunc, Reason: "aged out: the batch's saving over the calls to come covers the cache miss",
+			Before: before - saved[0]*(before-after)/max(1, saved[0]+saved[1]), After: after, Messages: n[1], ExpectedSaving: expected * float64(saved[1]) / total})
+	}
+	return nil
+}
+
+// supersededView replaces a tool result by a reference to the later result that shows it
+// again, and to its own full text in the store.
+func supersededView(orig *chat.Message, off store.Offloaded, tokens int, a toolAction, later int, laterCall string) chat.Message {
+	what := "the same result"
+	switch a.kind {
+	case actRead:
+		what = "a later read of " + a.key
+		if a.ranged() {
+			what = fmt.Sprintf("a later read of %s covering these lines", a.key)
+		}
+	case actCommand:
+		what = "the same command run again"
+	case actSearch:
+		what = "the same search run again"
+	}
+	errNote := ""
+	if orig.IsError {
+		errNote = " (it reported an error)"
+	}
+	return withText(orig, fmt.Sprintf("[ctxmgr: superseded by the result of call %s at message %d: %s shows this again, in its newer form. This earlier result%s (%d tokens, %d lines) is stored in full: %s]",
+		laterCall, later, what, errNote, tokens, off.Lines, off.Location))
+}
