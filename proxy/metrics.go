@@ -149,4 +149,3 @@ func logDecision(ctx context.Context, log *slog.Logger, rep *ctxmgr.Report, verb
 		slog.Int("evicted", rep.Evicted), slog.Int("pinned", rep.Pinned),
 		slog.Int("compactions", rep.Compactions), slog.Bool("prefix_changed", rep.PrefixChanged))
 }
-

@@ -33,7 +33,13 @@ func TestOperatorVisibility(t *testing.T) {
 	if n := strings.Count(l, `msg="proxy: pipeline decided"`); n < 12 {
 		t.Errorf("%d debug decisions logged for 24 requests", n)
 	}
-	if !strings.Contains(l, "decision=rewritten") || !strings.Contains(l, "summarize (") {
+	if !strings.Contains(l, "decision=rewritten") {
 		t.Errorf("no compaction decision at debug level:\n%s", l)
+	}
+	// The decision names its steps with their reasons (masking or summarizing here).
+	for _, line := range strings.Split(l, "\n") {
+		if strings.Contains(line, "decision=rewritten") && strings.Contains(line, "steps=[]") {
+			t.Errorf("a rewrite logged without its steps: %s", line)
+		}
 	}
 }

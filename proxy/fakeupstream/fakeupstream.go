@@ -95,6 +95,9 @@ type Options struct {
 	Log io.Writer
 	// KeepBodies keeps each request's body in Records (memory grows with traffic).
 	KeepBodies bool
+	// IDPrefix, if set, replaces the random prefix of the ids the fake issues (tool calls,
+	// messages), so that two runs of one conversation get the same ids.
+	IDPrefix string
 	// Delay is added before every answer.
 	Delay time.Duration
 	// ChunkDelay is slept between streamed events.
@@ -170,6 +173,9 @@ func New(opts Options) *Server {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	s := &Server{opts: opts, counter: tokens.NewCache(c, 1<<15), prefix: hex.EncodeToString(b[:]), key: opts.SigningKey}
+	if opts.IDPrefix != "" {
+		s.prefix = opts.IDPrefix
+	}
 	if len(s.key) == 0 {
 		s.key = make([]byte, 32)
 		_, _ = rand.Read(s.key)
