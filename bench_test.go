@@ -28,7 +28,7 @@ func benchHistory() []chat.Message {
 	return h
 }
 
-func benchSession(b *testing.B, window int, counter tokens.Counter, hist []chat.Message) (*Manager, *Session) {
+func benchSession(b testing.TB, window int, counter tokens.Counter, hist []chat.Message) (*Manager, *Session) {
 	cfg, _ := Preset(PresetDefault, window, 8000)
 	cfg.Store, cfg.Logger, cfg.Counter = store.NewMemory(), discardLogger(), counter
 	m, err := New(cfg)
@@ -117,4 +117,81 @@ func BenchmarkSessionMemory(b *testing.B) {
 		runtime.KeepAlive(m)
 	}
 	b.ReportMetric(per, "heap-B/session")
+}
+
+// scaledHistory is n messages in the shape of benchHistory (turns of four messages).
+func scaledHistory(n int) []chat.Message {
+	var h []chat.Message
+	for t := 0; len(h) < n; t++ {
+		id := fmt.Sprintf("call_%d", t)
+		h = append(h,
+			chat.TextMessage(chat.RoleUser, fmt.Sprintf("Step %d: check internal/pkg%d/handler_%d.go.", t, t%17, t)),
+			chat.Message{Role: chat.RoleAssistant, ToolCalls: []chat.ToolCall{{ID: id, Name: "bash", Arguments: fmt.Sprintf(`{"cmd":"go test ./internal/pkg%d"}`, t%17)}}},
+			chat.ToolResult(id, "bash", fmt.Sprintf("--- FAIL: TestHandler%d handler_%d.go:%d: expected status 200, got 500\n", t, t, t%400), false),
+			chat.TextMessage(chat.RoleAssistant, fmt.Sprintf("Handler %d: fixed.", t)),
+		)
+	}
+	return h[:n]
+}
+
+// BenchmarkPrepareScaling: Prepare after appended messages, with nothing to compact, at
+// 1,000, 10,000 and 50,000 messages of history. Its time and its allocations per call should
+// not depend on the history's length (TestPrepareAllocsFlat asserts the allocations).
+func BenchmarkPrepareScaling(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range []int{1000, 10000, 50000} {
+		b.Run(fmt.Sprintf("msgs-%d", n), func(b *testing.B) {
+			m, s := benchSession(b, 100_000_000, exactCached(), scaledHistory(n))
+			if _, err := m.Prepare(ctx, s); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				// Appending is measured apart (its slices grow by doubling: amortized, but a
+				// short run would show whichever doubling falls into it).
+				b.StopTimer()
+				if err := s.Append(ctx, chat.TextMessage(chat.RoleAssistant, "ok"), chat.TextMessage(chat.RoleUser, "next")); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				if _, err := m.Prepare(ctx, s); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestPrepareAllocsFlat: what Prepare allocates after appended messages does not grow with
+// the history (1,000 against 20,000 messages; BenchmarkPrepareScaling shows the time).
+func TestPrepareAllocsFlat(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a 20,000-message session")
+	}
+	ctx := context.Background()
+	allocs := func(n int) float64 {
+		m, s := benchSession(t, 100_000_000, exactCached(), scaledHistory(n))
+		if _, err := m.Prepare(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		var total float64
+		for i := 0; i < 50; i++ {
+			if err := s.Append(ctx, chat.TextMessage(chat.RoleAssistant, "ok"), chat.TextMessage(chat.RoleUser, "next")); err != nil {
+				t.Fatal(err)
+			}
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			if _, err := m.Prepare(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+			runtime.ReadMemStats(&after)
+			total += float64(after.Mallocs - before.Mallocs)
+		}
+		return total / 50
+	}
+	small, large := allocs(1000), allocs(20000)
+	if large > small+1 {
+		t.Fatalf("Prepare allocates %.1f times a call at 20,000 messages against %.1f at 1,000", large, small)
+	}
 }

@@ -183,17 +183,28 @@ func (s *Session) shrinkToFit(ctx context.Context, rep *Report) error {
 }
 
 // build assembles the request from the current state.
+//
+// The request's messages are kept between calls: while nothing already sent changes (the
+// epoch), a call only appends the views of the new entries, so it costs what the new messages
+// cost. The slice returned is capped at its length, so that appending to it, by the caller or
+// by the next build, never shows through; its messages are never modified afterwards (a change
+// builds a new slice), and callers must not modify them either.
 func (s *Session) build(ctx context.Context, rep *Report) (Prepared, error) {
-	msgs := make([]chat.Message, 0, len(s.entries)-s.start+2)
-	if s.pinned >= 0 {
-		msgs = append(msgs, s.entries[s.pinned].view)
+	if s.built == nil || s.builtEpoch != s.epoch || s.builtLen > len(s.entries) {
+		msgs := make([]chat.Message, 0, len(s.entries)-s.start+2+len(s.entries)/8)
+		if s.pinned >= 0 {
+			msgs = append(msgs, s.entries[s.pinned].view)
+		}
+		if s.summary != nil && s.summary.Text != "" {
+			msgs = append(msgs, s.summaryMsg)
+		}
+		s.built, s.builtLen, s.builtEpoch = msgs, s.start, s.epoch
 	}
-	if s.summary != nil && s.summary.Text != "" {
-		msgs = append(msgs, s.summaryMsg)
+	for i := s.builtLen; i < len(s.entries); i++ {
+		s.built = append(s.built, s.entries[i].view)
 	}
-	for i := s.start; i < len(s.entries); i++ {
-		msgs = append(msgs, s.entries[i].view)
-	}
+	s.builtLen = len(s.entries)
+	msgs := s.built[:len(s.built):len(s.built)]
 	// Appends keep the history valid by construction (Session.check); only a compaction event
 	// (a cut, a new view) could break it, so the whole request is re-validated only then. A
 	// failure is a bug, never a request to send.

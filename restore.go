@@ -106,6 +106,7 @@ func (m *Manager) LoadSession(ctx context.Context, id string, system []chat.Mess
 				e.view = snippetView(&e.orig, off, capB)
 				e.kind = viewOffloaded
 			}
+			s.unsettled = append(s.unsettled, len(s.results))
 			s.results = append(s.results, i)
 			delete(s.open, e.orig.ToolCallID)
 		}

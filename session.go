@@ -69,6 +69,10 @@ type Session struct {
 	histTokens int // tokens of the history sent: entries[start:] and the pinned message
 	open       map[string]int
 	results    []int // indices of tool-result entries, ascending
+	// unsettled holds the indices into results of the tool results that may still become an
+	// age-out or masking candidate, ascending: a result leaves it for good once its view can
+	// no longer shrink (ageCandidates), so a call looks at those, not at every result.
+	unsettled []int
 
 	summary       *store.Summary
 	summaryMsg    chat.Message
@@ -81,6 +85,11 @@ type Session struct {
 	validEpoch uint64 // epoch at which the whole request was last validated
 	validated  bool
 	sent       bool
+	// built is the request's messages as of the last build, at builtEpoch, with the views of
+	// entries up to builtLen (see build).
+	built      []chat.Message
+	builtLen   int
+	builtEpoch uint64
 	recoveries int
 	// windowLimit, when > 0, is the window in force instead of the configured one when it is
 	// smaller: what Recover learned from provider overflows.
@@ -193,6 +202,7 @@ func (s *Session) Append(ctx context.Context, msgs ...chat.Message) error {
 		e := &news[i]
 		e.tokens = cfg.Counter.Message(&e.view)
 		if e.orig.Role == chat.RoleTool {
+			s.unsettled = append(s.unsettled, len(s.results))
 			s.results = append(s.results, base+i)
 			delete(s.open, e.orig.ToolCallID)
 		}

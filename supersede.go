@@ -111,16 +111,17 @@ func (s *Session) ageCandidates(cands []rewriteCandidate) []rewriteCandidate {
 	for _, c := range cands {
 		taken[c.pos] = true
 	}
-	rank := 0
-	for k := len(s.results) - 1; k >= 0; k-- {
+	keep := s.unsettled[:0]
+	defer func() { s.unsettled = keep }()
+	for _, k := range s.unsettled {
 		i := s.results[k]
-		if i < s.start {
-			break
-		}
-		r := rank
-		rank++
 		e := &s.entries[i]
-		if taken[i] || e.exempt || i == s.pinned {
+		if i < s.start || !s.mayShrink(e) {
+			continue // evicted, or its view can no longer shrink: settled for good
+		}
+		keep = append(keep, k)
+		r := len(s.results) - 1 - k // how many newer results there are
+		if taken[i] || i == s.pinned {
 			continue
 		}
 		if cfg.CostMaskKeep > 0 && r >= cfg.CostMaskKeep && (e.kind == viewOriginal || e.kind == viewOffloaded || e.kind == viewRetruncated) {
@@ -141,6 +142,21 @@ func (s *Session) ageCandidates(cands []rewriteCandidate) []rewriteCandidate {
 	return cands
 }
 
+// mayShrink reports whether a tool result's view may still become an age-out or masking
+// candidate: ageCandidates' conditions that do not depend on its rank. A view changes only
+// to a smaller kind, so a result that fails them fails them forever.
+func (s *Session) mayShrink(e *entry) bool {
+	cfg := &s.m.cfg
+	if e.exempt {
+		return false
+	}
+	const stubTokens = 60
+	maskable := cfg.CostMaskKeep > 0 && e.tokens-stubTokens >= stubTokens &&
+		(e.kind == viewOriginal || e.kind == viewOffloaded || e.kind == viewRetruncated)
+	cuttable := e.size > cfg.OldToolResultCap && (e.kind == viewOriginal || e.kind == viewOffloaded)
+	return maskable || cuttable
+}
+
 // supersedeCandidates returns the tool results a later one shows again, whole.
 func (s *Session) supersedeCandidates() []rewriteCandidate {
 	s.sup.scan(s)
@@ -155,13 +171,16 @@ func (s *Session) supersedeCandidates() []rewriteCandidate {
 			delete(s.sup.by, j)
 			continue
 		}
+		const refTokens = 70 // the reference line
+		save := e.tokens - refTokens
+		if save <= 0 {
+			delete(s.sup.by, j) // already smaller than a reference: it never pays (views only shrink)
+			continue
+		}
 		if le.kind != viewOriginal {
 			continue // the later copy is not shown whole: the earlier one stays
 		}
-		const refTokens = 70 // the reference line
-		if save := e.tokens - refTokens; save > 0 {
-			cands = append(cands, rewriteCandidate{pos: j, save: save, kind: viewSuperseded})
-		}
+		cands = append(cands, rewriteCandidate{pos: j, save: save, kind: viewSuperseded})
 	}
 	return cands
 }
