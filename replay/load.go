@@ -130,18 +130,30 @@ func Load(paths []string, format string) ([]Trajectory, error) {
 
 // LoadAll is Load that also returns the files it skipped.
 func LoadAll(paths []string, format string) ([]Trajectory, []Skipped, error) {
+	var out []Trajectory
+	skipped, err := LoadEach(paths, format, func(t Trajectory) error {
+		out = append(out, t)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, skipped, nil
+}
+
+// LoadEach reads the trajectories of paths as Load does, one file at a time, and hands each to
+// fn as soon as its file is read, so that a caller that does not keep them (RunStream) holds
+// one file's trajectories at a time, not all of them. It stops at fn's first error.
+func LoadEach(paths []string, format string, fn func(Trajectory) error) ([]Skipped, error) {
 	if format == "" {
 		format = FormatAuto
 	}
 	if !knownFormat(format) {
-		return nil, nil, fmt.Errorf("replay: unknown format %q (known: %s)", format, strings.Join(Formats(), ", "))
+		return nil, fmt.Errorf("replay: unknown format %q (known: %s)", format, strings.Join(Formats(), ", "))
 	}
-	var (
-		out     []Trajectory
-		skipped []Skipped
-	)
+	var skipped []Skipped
 	names := map[string]int{}
-	add := func(ts []Trajectory) {
+	add := func(ts []Trajectory) error {
 		for _, t := range ts {
 			if n := names[t.Name]; n > 0 {
 				names[t.Name] = n + 1
@@ -149,20 +161,25 @@ func LoadAll(paths []string, format string) ([]Trajectory, []Skipped, error) {
 			} else {
 				names[t.Name] = 1
 			}
-			out = append(out, t)
+			if err := fn(t); err != nil {
+				return err
+			}
 		}
+		return nil
 	}
 	for _, p := range paths {
 		info, err := os.Stat(p)
 		if err != nil {
-			return nil, nil, &LoadError{Path: p, Err: err}
+			return nil, &LoadError{Path: p, Err: err}
 		}
 		if !info.IsDir() {
 			ts, err := loadFile(p, format)
 			if err != nil {
-				return nil, nil, err
+				return nil, err
 			}
-			add(ts)
+			if err := add(ts); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		var files []string
@@ -183,7 +200,7 @@ func LoadAll(paths []string, format string) ([]Trajectory, []Skipped, error) {
 			return nil
 		})
 		if err != nil {
-			return nil, nil, &LoadError{Path: p, Err: err}
+			return nil, &LoadError{Path: p, Err: err}
 		}
 		sort.Strings(files)
 		for _, f := range files {
@@ -194,12 +211,14 @@ func LoadAll(paths []string, format string) ([]Trajectory, []Skipped, error) {
 				continue
 			}
 			if err != nil {
-				return nil, nil, err
+				return nil, err
 			}
-			add(ts)
+			if err := add(ts); err != nil {
+				return nil, err
+			}
 		}
 	}
-	return out, skipped, nil
+	return skipped, nil
 }
 
 func knownFormat(f string) bool {

@@ -45,6 +45,10 @@ func (p *progress) draw() {
 	if p.w == nil {
 		return
 	}
+	if p.total <= 0 {
+		fmt.Fprintf(p.w, "\r%d trajectories replayed", p.n) // the total is not known ahead
+		return
+	}
 	const width = 30
 	fill := 0
 	if p.total > 0 {

@@ -312,87 +312,138 @@ func analyze(t *Trajectory, c tokens.Counter) *trajData {
 
 // Run replays every trajectory under every strategy of opts and measures the calls.
 func Run(ctx context.Context, trajs []Trajectory, opts Options) (*Result, error) {
+	return RunStream(ctx, func(yield func(Trajectory) error) error {
+		for _, t := range trajs {
+			if err := yield(t); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, len(trajs), opts)
+}
+
+// RunStream is Run over trajectories a source produces one after the other (LoadEach, for
+// instance): each is replayed under every strategy by one of opts.Workers workers as it comes
+// and then dropped, keeping only its measurements, so that memory is bounded by the workers
+// times the largest trajectory, not by the input. total, when known (> 0), sizes the progress
+// bar. The result is the same as Run's on the same trajectories in the same order.
+func RunStream(ctx context.Context, source func(yield func(Trajectory) error) error, total int, opts Options) (*Result, error) {
 	started := time.Now()
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
 	}
 	prof, _ := ProfileByName(opts.Profile)
-	nt, ns := len(trajs), len(opts.Strategies)
+	ns := len(opts.Strategies)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 
-	// Phase 1: per-trajectory analysis, in parallel.
-	data := make([]*trajData, nt)
-	if err := parallel(ctx, opts.Workers, nt, func(i int) error {
-		data[i] = analyze(&trajs[i], opts.Counter)
-		return nil
-	}); err != nil {
-		return nil, err
+	type item struct {
+		index int
+		t     Trajectory
 	}
-
-	// Phase 2: (trajectory, strategy) jobs, longest first.
-	jobs := make([]int, nt*ns)
-	for i := range jobs {
-		jobs[i] = i
+	type done struct {
+		info     TrajectoryInfo
+		recorded RecordedUsage
+		runs     []Replay
 	}
-	sort.SliceStable(jobs, func(a, b int) bool { return data[jobs[a]/ns].weight > data[jobs[b]/ns].weight })
-	runs := make([]Replay, nt*ns)
-	pending := make([]atomic.Int32, nt)
-	for i := range pending {
-		pending[i].Store(int32(ns))
+	var (
+		mu      sync.Mutex
+		results []done
+	)
+	put := func(i int, d done) {
+		mu.Lock()
+		defer mu.Unlock()
+		for len(results) <= i {
+			results = append(results, done{})
+		}
+		results[i] = d
 	}
-	bar := newProgress(opts.Progress, nt)
+	bar := newProgress(opts.Progress, total)
 	r := &runner{opts: opts}
-	err = parallel(ctx, opts.Workers, len(jobs), func(k int) error {
-		j := jobs[k]
-		ti, si := j/ns, j%ns
-		run, err := r.replay(ctx, data[ti], opts.Strategies[si])
-		if err != nil {
-			return fmt.Errorf("replay: %s under %s: %w", trajs[ti].Name, opts.Strategies[si], err)
+	items := make(chan item)
+	var wg sync.WaitGroup
+	for range max(1, opts.Workers) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for it := range items {
+				if ctx.Err() != nil {
+					continue // drain
+				}
+				d := analyze(&it.t, opts.Counter)
+				out := done{info: TrajectoryInfo{Name: it.t.Name, Set: it.t.Set, Messages: len(it.t.Messages), Calls: d.calls}, runs: make([]Replay, ns)}
+				for _, u := range it.t.Recorded {
+					out.recorded.Calls++
+					out.recorded.InputTokens += int64(u.InputTokens)
+					out.recorded.CachedTokens += int64(u.CachedTokens)
+					out.recorded.OutputTokens += int64(u.OutputTokens)
+				}
+				for si, strategy := range opts.Strategies {
+					run, err := r.replay(ctx, d, strategy)
+					if err != nil {
+						cancel(fmt.Errorf("replay: %s under %s: %w", it.t.Name, strategy, err))
+						break
+					}
+					out.runs[si] = run
+				}
+				put(it.index, out)
+				bar.step()
+			}
+		}()
+	}
+	n := 0
+	serr := source(func(t Trajectory) error {
+		select {
+		case items <- item{n, t}:
+			n++
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
 		}
-		runs[j] = run
-		if pending[ti].Add(-1) == 0 {
-			bar.step()
-		}
-		return nil
 	})
+	close(items)
+	wg.Wait()
 	bar.done()
-	if err != nil {
-		return nil, err
+	if cause := context.Cause(ctx); cause != nil {
+		return nil, cause
+	}
+	if serr != nil {
+		return nil, serr
 	}
 
-	res := &Result{Window: opts.Window, MaxOutput: opts.MaxOutput, Profile: prof.Name, Prices: prof, Trajectories: nt, Runs: runs}
-	for i := range data {
-		res.Calls += data[i].calls
-		res.Trajs = append(res.Trajs, TrajectoryInfo{Name: trajs[i].Name, Set: trajs[i].Set, Messages: len(trajs[i].Messages), Calls: data[i].calls})
+	res := &Result{Window: opts.Window, MaxOutput: opts.MaxOutput, Profile: prof.Name, Prices: prof, Trajectories: len(results)}
+	for _, d := range results {
+		res.Calls += d.info.Calls
+		res.Trajs = append(res.Trajs, d.info)
+		res.Runs = append(res.Runs, d.runs...)
 	}
-	res.Strategies = aggregate(runs, opts, prof, func(int) bool { return true })
+	res.Strategies = aggregate(res.Runs, opts, prof, func(int) bool { return true })
 	var sets []string
-	for i := range trajs {
-		if !slices.Contains(sets, trajs[i].Set) {
-			sets = append(sets, trajs[i].Set)
+	for _, d := range results {
+		if !slices.Contains(sets, d.info.Set) {
+			sets = append(sets, d.info.Set)
 		}
 	}
 	sort.Strings(sets)
 	for _, set := range sets {
 		sr := SetResult{Name: set}
 		var rec RecordedUsage
-		for i := range trajs {
-			if trajs[i].Set != set {
+		for _, d := range results {
+			if d.info.Set != set {
 				continue
 			}
 			sr.Trajectories++
-			sr.Calls += data[i].calls
-			for _, u := range trajs[i].Recorded {
-				rec.Calls++
-				rec.InputTokens += int64(u.InputTokens)
-				rec.CachedTokens += int64(u.CachedTokens)
-				rec.OutputTokens += int64(u.OutputTokens)
-			}
+			sr.Calls += d.info.Calls
+			rec.Calls += d.recorded.Calls
+			rec.InputTokens += d.recorded.InputTokens
+			rec.CachedTokens += d.recorded.CachedTokens
+			rec.OutputTokens += d.recorded.OutputTokens
 		}
 		if rec.Calls > 0 {
 			sr.Recorded = &rec
 		}
-		sr.Strategies = aggregate(runs, opts, prof, func(ti int) bool { return trajs[ti].Set == set })
+		sr.Strategies = aggregate(res.Runs, opts, prof, func(ti int) bool { return results[ti].info.Set == set })
 		res.Sets = append(res.Sets, sr)
 	}
 	res.ElapsedMS = float64(time.Since(started).Microseconds()) / 1000

@@ -176,32 +176,36 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 		}
 		args = []string{defaultTrajectories}
 	}
-	trajs, skipped, err := replay.LoadAll(args, o.format)
-	if err != nil {
-		return err
-	}
-	if !o.quiet {
-		for _, s := range skipped {
-			fmt.Fprintf(stderr, "ctxmgr: replay: skipped %s: %s\n", s.Path, s.Reason)
-		}
-	}
-	if len(trajs) == 0 {
-		return fmt.Errorf("replay: no trajectories in %s", strings.Join(args, ", "))
-	}
+	// The trajectories are read and replayed one file at a time (replay.RunStream): memory is
+	// bounded by the workers times the largest trajectory, not by the input. A first pass
+	// that keeps only names checks --report-trajectory before anything runs.
 	if o.report != "" && o.reportTrajectory != "" {
+		var first string
 		found := false
-		for i := range trajs {
-			found = found || trajs[i].Name == o.reportTrajectory
+		if _, err := replay.LoadEach(args, o.format, func(t replay.Trajectory) error {
+			if first == "" {
+				first = t.Name
+			}
+			found = found || t.Name == o.reportTrajectory
+			return nil
+		}); err != nil {
+			return err
 		}
 		if !found {
-			return usageErrorf("--report-trajectory %q: no such trajectory (names look like %q)", o.reportTrajectory, trajs[0].Name)
+			return usageErrorf("--report-trajectory %q: no such trajectory (names look like %q)", o.reportTrajectory, first)
 		}
+	}
+	var skipped []replay.Skipped
+	source := func(yield func(replay.Trajectory) error) error {
+		var err error
+		skipped, err = replay.LoadEach(args, o.format, yield)
+		return err
 	}
 	opts := replay.Options{
 		Window: o.window, MaxOutput: o.maxOutput, Strategies: strategies, Profile: o.profile,
 		Workers: o.workers, Summarizer: sum, Counter: counter,
 	}
-	if !o.quiet && len(trajs) > 3 && isTerminal(stderr) {
+	if !o.quiet && isTerminal(stderr) {
 		opts.Progress = stderr
 	}
 	ctx, cancel := context.WithCancelCause(cmd.Context())
@@ -211,12 +215,20 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 		guard = &summarizerGuard{inner: sum, cancel: cancel}
 		opts.Summarizer = guard
 	}
-	res, err := replay.Run(ctx, trajs, opts)
+	res, err := replay.RunStream(ctx, source, 0, opts)
 	if cause := context.Cause(ctx); cause != nil && errors.Is(cause, errSummarizerDown) {
 		return cause
 	}
 	if err != nil {
 		return err
+	}
+	if !o.quiet {
+		for _, s := range skipped {
+			fmt.Fprintf(stderr, "ctxmgr: replay: skipped %s: %s\n", s.Path, s.Reason)
+		}
+	}
+	if res.Trajectories == 0 {
+		return fmt.Errorf("replay: no trajectories in %s", strings.Join(args, ", "))
 	}
 	if guard != nil && !o.quiet {
 		if n, ok, reason := guard.counts(); n > 0 {
