@@ -20,7 +20,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	ctxmgr "github.com/ctxmgr/ctxmgr"
@@ -533,45 +532,6 @@ func percentile(sorted []time.Duration, p float64) float64 {
 	return float64(sorted[k].Nanoseconds()) / 1000
 }
 
-// parallel runs f(0..n-1) on up to workers goroutines and returns the first error; after an
-// error (or when ctx is done) no new item starts.
-func parallel(ctx context.Context, workers, n int, f func(i int) error) error {
-	var (
-		next    atomic.Int64
-		mu      sync.Mutex
-		first   error
-		wg      sync.WaitGroup
-		stopped atomic.Bool
-	)
-	workers = max(1, min(workers, n))
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for !stopped.Load() {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				err := ctx.Err()
-				if err == nil {
-					err = f(i)
-				}
-				if err != nil {
-					mu.Lock()
-					if first == nil {
-						first = err
-					}
-					mu.Unlock()
-					stopped.Store(true)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return first
-}
 
 // runner replays one (trajectory, strategy) pair at a time per goroutine.
 type runner struct {
