@@ -107,7 +107,7 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	up := instantUpstream()
 	defer up.Close()
 	newProxy := func(b *testing.B, window int) *httptest.Server {
-		st, err := sqlite.Open(filepath.Join(b.TempDir(), "bench.db"), sqlite.Options{})
+		st, err := sqlite.Open(filepath.Join(b.TempDir(), "bench.db"), sqlite.Options{Relaxed: true}) // as ctxmgr serve opens it
 		if err != nil {
 			b.Fatal(err)
 		}
