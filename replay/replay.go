@@ -532,7 +532,6 @@ func percentile(sorted []time.Duration, p float64) float64 {
 	return float64(sorted[k].Nanoseconds()) / 1000
 }
 
-
 // runner replays one (trajectory, strategy) pair at a time per goroutine.
 type runner struct {
 	opts Options
