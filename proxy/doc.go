@@ -146,7 +146,10 @@
 // request, pass-through ones included, is logged once with its path, status, model, session
 // and whether it was managed (managed=false with its reason).
 //
-// Known limits: an Anthropic assistant prefill (a last assistant message) is stored as history
+// Known limits: a model counted by the calibrated heuristic (claude-*, gemini-*, ...) learns
+// its ratio to the provider's counts anew after a restart, so until it has, a restarted proxy
+// may make different rewrite decisions than it would have (OpenAI models are counted exactly
+// and continue identically: TestRestart); an Anthropic assistant prefill (a last assistant message) is stored as history
 // and the completed reply then branches the session; two instances serving the same session at
 // the same instant (not alternately) may each compact, one of the summaries being dropped
 // (nothing is lost); a session whose state another instance changed without appending (a

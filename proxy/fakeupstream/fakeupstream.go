@@ -453,7 +453,9 @@ type call struct {
 
 var (
 	offloadRef = regexp.MustCompile(`Full text: (\S+)`)
-	archiveRef = regexp.MustCompile(`messages (\d+)-(\d+): (\S+)`)
+	// An archive line of the summary's guide: "messages A-B: LOC", several ranges of one
+	// location ("messages A-B, C-D: LOC") or a folded span ("messages A-B (in part): ...").
+	archiveRef = regexp.MustCompile(`messages (\d+)-(\d+)(?:, \d+-\d+)*(?: \(in part\))?: (\S+)`)
 )
 
 func (s *Server) decide(req *chat.Request) reply {

@@ -598,3 +598,19 @@ func FuzzChecks(f *testing.F) {
 		}
 	})
 }
+
+// TestFindRefGuideLines: the fake finds an archive range in every form of the summary's
+// guide line, so a "read back" request is answered with a ctxmgr_read call.
+func TestFindRefGuideLines(t *testing.T) {
+	for text, want := range map[string]string{
+		"- messages 0-4: dialog/a.jsonl":                            "messages 0-4",
+		"- messages 0-4, 9-12: dialog/a.jsonl":                      "messages 0-4",
+		"- messages 0-1994 (in part): 399 locations, a.jsonl to b":  "messages 0-1994",
+		"[ctxmgr: x masked. Full text: mem:s/tool_result/1 (read)]": "mem:s/tool_result/1",
+	} {
+		msgs := []chat.Message{chat.TextMessage(chat.RoleUser, "summary\n"+text)}
+		if got := findRef(msgs); got != want {
+			t.Errorf("%q: %q, want %q", text, got, want)
+		}
+	}
+}
