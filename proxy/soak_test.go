@@ -207,11 +207,11 @@ func soakOutput(n int) string {
 func TestSoak(t *testing.T) {
 	const window = 4096
 	turns := 1000
-	if v := os.Getenv("SOAK_TURNS"); v != "" {
-		turns, _ = strconv.Atoi(v)
-	}
 	if testing.Short() || soakRace {
 		turns = 150
+	}
+	if v := os.Getenv("SOAK_TURNS"); v != "" {
+		turns, _ = strconv.Atoi(v)
 	}
 	var st store.Store = store.NewMemory()
 	if os.Getenv("SOAK_FILES") != "" {
