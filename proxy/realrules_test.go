@@ -3,8 +3,6 @@ package proxy
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 
@@ -18,20 +16,7 @@ import (
 // and the answer.
 func postRaw(t *testing.T, url, path, body string, header ...string) (int, string, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, url+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	resp, b := postJSON(t, url+path, body, header...)
 	return resp.StatusCode, resp.Header.Get(MaxTokensHeader), b
 }
 
