@@ -619,11 +619,37 @@ func (x *exchange) encode(req chat.Request, n int) ([]byte, error) {
 		counted = x.mgr.m.Config().Counter.Request(&out).Total
 	}
 	out.Extra = x.fitReply(out.Extra, counted)
-	b, err := wire.Encode(wire.Format(x.format), &out)
+	b, err := x.encodeBody(&out)
 	if err != nil {
 		return nil, err
 	}
 	x.sent, x.sentN = out, n
+	return b, nil
+}
+
+// encoded is the last request body encoded for a session, message by message: an OpenAI
+// request whose messages continue the same slice (Prepare extends its slice while nothing
+// already sent changes, and never modifies what it returned) reuses the encodings of the
+// messages it shares, so that a re-encoded request costs what its new messages cost. msgs
+// keeps the slice, so its array (whose addresses are compared) stays alive.
+type encoded struct {
+	msgs []chat.Message
+	enc  [][]byte
+}
+
+func (x *exchange) encodeBody(out *chat.Request) ([]byte, error) {
+	if x.format != FormatOpenAI || x.ps == nil {
+		return wire.Encode(wire.Format(x.format), out)
+	}
+	var reuse [][]byte
+	if prev := x.ps.enc.Load(); prev != nil && len(prev.msgs) > 0 && len(out.Messages) > 0 && &prev.msgs[0] == &out.Messages[0] {
+		reuse = prev.enc[:min(len(prev.enc), len(out.Messages))]
+	}
+	b, enc, err := wire.EncodeOpenAIReusing(out, reuse)
+	if err != nil {
+		return nil, err
+	}
+	x.ps.enc.Store(&encoded{msgs: out.Messages, enc: enc})
 	return b, nil
 }
 

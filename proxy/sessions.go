@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	ctxmgr "github.com/ctxmgr/ctxmgr"
@@ -227,6 +228,8 @@ type psession struct {
 	readTool bool
 	// created: the last load found no history (a new session, or a new branch).
 	created bool
+	// enc is the last body encoded for the session (server.go, encodeBody).
+	enc atomic.Pointer[encoded]
 	// setupRef remembers the slices setupHash last hashed.
 	setupRef struct {
 		system []chat.Message

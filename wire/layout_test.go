@@ -185,3 +185,29 @@ func FuzzDecodeNext(f *testing.F) {
 		}
 	})
 }
+
+// TestEncodeOpenAIReusing: a body encoded with the encodings of an earlier call is the body
+// EncodeOpenAI gives.
+func TestEncodeOpenAIReusing(t *testing.T) {
+	req, err := DecodeOpenAI([]byte(openAIBodies[2]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	short := *req
+	short.Messages = req.Messages[:2]
+	_, enc, err := EncodeOpenAIReusing(&short, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, enc2, err := EncodeOpenAIReusing(req, enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := EncodeOpenAI(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(want) || len(enc2) != len(req.Messages) || &enc2[0][0] != &enc[0][0] {
+		t.Fatalf("reusing encodings changed the body or did not reuse:\n%s\n%s", got, want)
+	}
+}

@@ -343,19 +343,40 @@ func toolRawName(o object) string {
 // EncodeOpenAI encodes a request as an OpenAI chat-completions body. System comes first as
 // system (or developer) messages; Anthropic-origin tool results become role "tool" messages.
 func EncodeOpenAI(r *chat.Request) ([]byte, error) {
+	b, _, err := EncodeOpenAIReusing(r, nil)
+	return b, err
+}
+
+// EncodeOpenAIReusing is EncodeOpenAI for a caller that encodes a growing conversation again
+// and again: reuse[i], when not nil, is taken as the encoding of r.Messages[i] (the caller
+// vouches that the message is the one it encoded before), and the encodings of r.Messages are
+// returned for the next call. The body is the one EncodeOpenAI gives.
+func EncodeOpenAIReusing(r *chat.Request, reuse [][]byte) ([]byte, [][]byte, error) {
 	top, err := withExtras(r.Wire, OpenAI, r.Extra)
 	if err != nil {
-		return nil, fmt.Errorf("wire: %w", err)
+		return nil, nil, fmt.Errorf("wire: %w", err)
 	}
 	msgs := make([]json.RawMessage, 0, len(r.System)+len(r.Messages))
-	for _, list := range [][]chat.Message{r.System, r.Messages} {
-		for i := range list {
-			b, err := EncodeOpenAIMessage(&list[i])
-			if err != nil {
-				return nil, fmt.Errorf("wire: message %d: %w", len(msgs), err)
-			}
-			msgs = append(msgs, b)
+	for i := range r.System {
+		b, err := EncodeOpenAIMessage(&r.System[i])
+		if err != nil {
+			return nil, nil, fmt.Errorf("wire: message %d: %w", len(msgs), err)
 		}
+		msgs = append(msgs, b)
+	}
+	encoded := make([][]byte, len(r.Messages))
+	for i := range r.Messages {
+		b := []byte(nil)
+		if i < len(reuse) {
+			b = reuse[i]
+		}
+		if b == nil {
+			if b, err = EncodeOpenAIMessage(&r.Messages[i]); err != nil {
+				return nil, nil, fmt.Errorf("wire: message %d: %w", len(msgs), err)
+			}
+		}
+		encoded[i] = b
+		msgs = append(msgs, b)
 	}
 	top["messages"] = joinArray(msgs)
 	if len(r.Tools) > 0 {
@@ -363,7 +384,7 @@ func EncodeOpenAI(r *chat.Request) ([]byte, error) {
 		for _, t := range r.Tools {
 			b, err := encodeOpenAITool(r.Wire, t)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if b != nil {
 				tools = append(tools, b)
@@ -371,7 +392,8 @@ func EncodeOpenAI(r *chat.Request) ([]byte, error) {
 		}
 		top["tools"] = joinArray(tools)
 	}
-	return marshalObject(top, "model", "messages")
+	body, err := marshalObject(top, "model", "messages")
+	return body, encoded, err
 }
 
 // EncodeOpenAIMessages encodes messages as a bare OpenAI message array.

@@ -62,6 +62,8 @@ type Store struct {
 
 	gate   sync.RWMutex // shared by every call in progress, exclusive for Close
 	closed bool
+
+	stmtCount, stmtTouch, stmtInsert *sql.Stmt // on w, for Append
 }
 
 var (
@@ -135,7 +137,33 @@ func Open(path string, opts Options) (*Store, error) {
 		s.r.Close()
 		return nil, err
 	}
+	if err := s.prepare(context.Background()); err != nil {
+		s.w.Close()
+		s.r.Close()
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
 	return s, nil
+}
+
+// The statements of an Append, prepared once on the writer connection: parsing them again
+// for every append cost about as much as running them.
+const (
+	sqlCount  = `SELECT COALESCE(MAX(pos) + 1, 0) FROM messages WHERE session = ?`
+	sqlTouch  = `INSERT INTO sessions (id, created, updated) VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE SET updated = MAX(sessions.updated, excluded.updated)`
+	sqlInsert = `INSERT INTO messages (session, pos, hash, body) VALUES (?, ?, ?, ?)`
+)
+
+func (s *Store) prepare(ctx context.Context) error {
+	var err error
+	for _, p := range []struct {
+		dst **sql.Stmt
+		sql string
+	}{{&s.stmtCount, sqlCount}, {&s.stmtTouch, sqlTouch}, {&s.stmtInsert, sqlInsert}} {
+		if *p.dst, err = s.w.PrepareContext(ctx, p.sql); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Path returns the database file's absolute path.
@@ -301,21 +329,18 @@ func (s *Store) Append(ctx context.Context, session string, at int, msgs []chat.
 		return nil
 	}
 	err = s.tx(ctx, func(tx *sql.Tx) error {
-		n, err := count(ctx, tx, session)
-		if err != nil {
+		var n int
+		if err := tx.StmtContext(ctx, s.stmtCount).QueryRowContext(ctx, session).Scan(&n); err != nil {
 			return err
 		}
 		if n != at {
 			return fmt.Errorf("%w: append at %d, session %q has %d messages", store.ErrConflict, at, session, n)
 		}
-		if err := touch(ctx, tx, session, s.now()); err != nil {
+		now := s.now().UnixNano()
+		if _, err := tx.StmtContext(ctx, s.stmtTouch).ExecContext(ctx, session, now, now); err != nil {
 			return err
 		}
-		stmt, err := tx.PrepareContext(ctx, `INSERT INTO messages (session, pos, hash, body) VALUES (?, ?, ?, ?)`)
-		if err != nil {
-			return err
-		}
-		defer stmt.Close()
+		stmt := tx.StmtContext(ctx, s.stmtInsert)
 		for i, b := range bodies {
 			h := msgs[i].Hash()
 			if _, err := stmt.ExecContext(ctx, session, at+i, h[:], string(b)); err != nil {
@@ -727,6 +752,11 @@ func (s *Store) Close() error {
 		return store.ErrClosed
 	}
 	s.closed = true
+	for _, st := range []*sql.Stmt{s.stmtCount, s.stmtTouch, s.stmtInsert} {
+		if st != nil {
+			st.Close()
+		}
+	}
 	errR := s.r.Close()
 	errW := s.w.Close()
 	return wrap("close", errors.Join(errW, errR))
