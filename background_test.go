@@ -48,14 +48,14 @@ func turnText(i int) string { return fmt.Sprintf("request %d %s", i, strings.Rep
 func TestBackgroundSummaryApplied(t *testing.T) {
 	ctx := context.Background()
 	g := &gatedSummarizer{release: make(chan struct{})}
-	m, s := testManager(t, bgConfig(g))
+	_, s := testManager(t, bgConfig(g))
 	var applied bool
 	for i := 0; i < 40 && !applied; i++ {
 		appendAll(t, s, chat.TextMessage(chat.RoleUser, turnText(i)))
 		done := make(chan struct{})
 		var p Prepared
 		var err error
-		go func() { p, err = m.Prepare(ctx, s); close(done) }()
+		go func() { p, err = s.Prepare(ctx); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):
@@ -102,12 +102,12 @@ func (s *Session) plan2() budget.Plan {
 func TestBackgroundSummaryStaleDropped(t *testing.T) {
 	ctx := context.Background()
 	g := &gatedSummarizer{release: make(chan struct{})}
-	m, s := testManager(t, bgConfig(g))
+	_, s := testManager(t, bgConfig(g))
 	for i := 0; i < 14; i++ {
 		appendAll(t, s, chat.TextMessage(chat.RoleUser, turnText(i)), chat.TextMessage(chat.RoleAssistant, "ok"))
 	}
 	appendAll(t, s, chat.TextMessage(chat.RoleUser, "latest"))
-	if _, err := m.Prepare(ctx, s); err != nil {
+	if _, err := s.Prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
 	s.mu.Lock()
@@ -118,7 +118,7 @@ func TestBackgroundSummaryStaleDropped(t *testing.T) {
 	}
 	// A manual compaction (its summarizer call is released too) supersedes the job.
 	close(g.release)
-	if _, err := m.Compact(ctx, s, ""); err != nil {
+	if _, err := s.Compact(ctx, ""); err != nil {
 		t.Fatal(err)
 	}
 	<-job.done
@@ -156,11 +156,11 @@ func TestConcurrentSession(t *testing.T) {
 					return
 				default:
 				}
-				if _, err := m.Prepare(ctx, s); err != nil {
+				if _, err := s.Prepare(ctx); err != nil {
 					t.Error(err)
 					return
 				}
-				_ = m.Stats(s)
+				_ = s.Stats()
 			}
 		}()
 	}
@@ -175,7 +175,7 @@ func TestConcurrentSession(t *testing.T) {
 	wg.Wait()
 	appendAll(t, s, chat.TextMessage(chat.RoleUser, "end"))
 	want = append(want, chat.TextMessage(chat.RoleUser, "end"))
-	p, err := m.Prepare(ctx, s)
+	p, err := s.Prepare(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,13 +58,13 @@ func BenchmarkPrepare(b *testing.B) {
 	b.Logf("history: %d messages, %d tokens (o200k_base)", len(hist), total)
 	b.Run("no-compaction", func(b *testing.B) {
 		counter := exactCached()
-		m, s := benchSession(b, 400000, counter, hist)
+		_, s := benchSession(b, 400000, counter, hist)
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
 			if err := s.Append(ctx, chat.TextMessage(chat.RoleUser, fmt.Sprintf("next %d", i))); err != nil {
 				b.Fatal(err)
 			}
-			if _, err := m.Prepare(ctx, s); err != nil {
+			if _, err := s.Prepare(ctx); err != nil {
 				b.Fatal(err)
 			}
 			if err := s.Append(ctx, chat.TextMessage(chat.RoleAssistant, "ok")); err != nil {
@@ -76,12 +76,12 @@ func BenchmarkPrepare(b *testing.B) {
 		counter := exactCached()
 		for i := 0; i < b.N; i++ {
 			b.StopTimer()
-			m, s := benchSession(b, total+total/10, counter, hist)
+			_, s := benchSession(b, total+total/10, counter, hist)
 			if err := s.Append(ctx, chat.TextMessage(chat.RoleUser, "next")); err != nil {
 				b.Fatal(err)
 			}
 			b.StartTimer()
-			p, err := m.Prepare(ctx, s)
+			p, err := s.Prepare(ctx)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -141,8 +141,8 @@ func BenchmarkPrepareScaling(b *testing.B) {
 	ctx := context.Background()
 	for _, n := range []int{1000, 10000, 50000} {
 		b.Run(fmt.Sprintf("msgs-%d", n), func(b *testing.B) {
-			m, s := benchSession(b, 100_000_000, exactCached(), scaledHistory(n))
-			if _, err := m.Prepare(ctx, s); err != nil {
+			_, s := benchSession(b, 100_000_000, exactCached(), scaledHistory(n))
+			if _, err := s.Prepare(ctx); err != nil {
 				b.Fatal(err)
 			}
 			b.ReportAllocs()
@@ -155,7 +155,7 @@ func BenchmarkPrepareScaling(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.StartTimer()
-				if _, err := m.Prepare(ctx, s); err != nil {
+				if _, err := s.Prepare(ctx); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -171,8 +171,8 @@ func TestPrepareAllocsFlat(t *testing.T) {
 	}
 	ctx := context.Background()
 	allocs := func(n int) float64 {
-		m, s := benchSession(t, 100_000_000, exactCached(), scaledHistory(n))
-		if _, err := m.Prepare(ctx, s); err != nil {
+		_, s := benchSession(t, 100_000_000, exactCached(), scaledHistory(n))
+		if _, err := s.Prepare(ctx); err != nil {
 			t.Fatal(err)
 		}
 		var total float64
@@ -182,7 +182,7 @@ func TestPrepareAllocsFlat(t *testing.T) {
 			}
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
-			if _, err := m.Prepare(ctx, s); err != nil {
+			if _, err := s.Prepare(ctx); err != nil {
 				t.Fatal(err)
 			}
 			runtime.ReadMemStats(&after)

@@ -23,16 +23,16 @@ type CompactResult struct {
 // Compact is the manual /compact [instruction]: it folds all of the history but the reserved
 // zone (the config's keep rules) into the summary, following the optional instruction
 // ("keep only decisions"). It compacts even under the threshold.
-func (m *Manager) Compact(ctx context.Context, s *Session, instruction string) (CompactResult, error) {
-	return m.compact(ctx, s, instruction, false)
+func (s *Session) Compact(ctx context.Context, instruction string) (CompactResult, error) {
+	return s.compact(ctx, instruction, false)
 }
 
 // CompactAll is Compact without a reserved zone: the whole history goes into the summary.
-func (m *Manager) CompactAll(ctx context.Context, s *Session, instruction string) (CompactResult, error) {
-	return m.compact(ctx, s, instruction, true)
+func (s *Session) CompactAll(ctx context.Context, instruction string) (CompactResult, error) {
+	return s.compact(ctx, instruction, true)
 }
 
-func (m *Manager) compact(ctx context.Context, s *Session, instruction string, all bool) (CompactResult, error) {
+func (s *Session) compact(ctx context.Context, instruction string, all bool) (CompactResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.pending(); err != nil {
@@ -60,7 +60,7 @@ func (m *Manager) compact(ctx context.Context, s *Session, instruction string, a
 	}
 	if s.start > from && s.summary != nil {
 		res.Summary, res.SummaryVersion = s.summary.Text, s.summary.Version
-		m.emit(s, Event{Step: StepCompact, Reason: "manual", Before: before, After: res.TokensAfter, Messages: res.Messages})
+		s.m.emit(s, Event{Step: StepCompact, Reason: "manual", Before: before, After: res.TokensAfter, Messages: res.Messages})
 	}
 	return res, nil
 }
@@ -94,7 +94,7 @@ type Stats struct {
 }
 
 // Stats returns the session's statistics.
-func (m *Manager) Stats(s *Session) Stats {
+func (s *Session) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.plan()
@@ -132,7 +132,7 @@ func (m *Manager) Stats(s *Session) Stats {
 // Clear backs /context clear: every live message is archived and the context starts empty
 // (system prompt and tools stay). Nothing is deleted: the history, the archive and every
 // summary version remain in the Store; a new, empty summary version records the clear.
-func (m *Manager) Clear(ctx context.Context, s *Session) error {
+func (s *Session) Clear(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.pending(); err != nil {
@@ -152,9 +152,9 @@ func (m *Manager) Clear(ctx context.Context, s *Session) error {
 		for i := range evicted {
 			evicted[i] = s.entries[r[0]+i].orig
 		}
-		loc, err := m.cfg.Store.Archive(ctx, s.id, r[0], evicted)
+		loc, err := s.m.cfg.Store.Archive(ctx, s.id, r[0], evicted)
 		if err != nil {
-			return m.storeErr("archive", err)
+			return s.m.storeErr("archive", err)
 		}
 		s.archives = mergeRanges(append(s.archives, archiveRange{From: r[0], To: r[1], Where: loc}))
 	}
@@ -162,9 +162,9 @@ func (m *Manager) Clear(ctx context.Context, s *Session) error {
 	if s.summary != nil {
 		v = s.summary.Version + 1
 	}
-	sum := store.Summary{Version: v, From: 0, To: to, Created: m.cfg.Now().UTC(), Summarizer: "clear"}
-	if err := m.cfg.Store.PutSummary(ctx, s.id, sum); err != nil {
-		return m.storeErr("put summary", err)
+	sum := store.Summary{Version: v, From: 0, To: to, Created: s.m.cfg.Now().UTC(), Summarizer: "clear"}
+	if err := s.m.cfg.Store.PutSummary(ctx, s.id, sum); err != nil {
+		return s.m.storeErr("put summary", err)
 	}
 	s.bg = nil
 	s.start, s.histTokens, s.pinned = to, 0, -1
@@ -172,6 +172,6 @@ func (m *Manager) Clear(ctx context.Context, s *Session) error {
 	if err := s.persistState(ctx); err != nil {
 		return err
 	}
-	m.emit(s, Event{Step: StepClear, Reason: "/context clear", Before: before, After: s.plan().Input, Messages: to - from})
+	s.m.emit(s, Event{Step: StepClear, Reason: "/context clear", Before: before, After: s.plan().Input, Messages: to - from})
 	return nil
 }

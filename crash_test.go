@@ -57,7 +57,7 @@ func TestCrashHelperProcess(t *testing.T) {
 	hist := crashHistory()
 	for i := s.Len(); i < len(hist); i++ {
 		if hist[i].Role == chat.RoleAssistant {
-			if _, err := m.Prepare(ctx, s); err != nil {
+			if _, err := s.Prepare(ctx); err != nil {
 				fmt.Fprintln(os.Stderr, "prepare:", err)
 				os.Exit(2)
 			}
@@ -119,7 +119,7 @@ func TestCrashDuringCompaction(t *testing.T) {
 	if s.Len() != len(hist) {
 		t.Fatalf("history %d of %d", s.Len(), len(hist))
 	}
-	t.Logf("%d kills; %d messages; summary v%d", kills, len(hist), m.Stats(s).SummaryVersion)
+	t.Logf("%d kills; %d messages; summary v%d", kills, len(hist), s.Stats().SummaryVersion)
 }
 
 func checkCrashStore(t *testing.T, dir string, hist []chat.Message) {
@@ -160,7 +160,7 @@ func checkCrashStore(t *testing.T, dir string, hist []chat.Message) {
 		t.Fatalf("restored %d of %d messages", s.Len(), len(got))
 	}
 	if s.pending() == nil {
-		p, err := m.Prepare(ctx, s)
+		p, err := s.Prepare(ctx)
 		if err != nil {
 			t.Fatalf("prepare after restart: %v", err)
 		}

@@ -19,7 +19,7 @@ func TestMaskBeforeSummary(t *testing.T) {
 		cfg := Config{Counter: tokens.NewRatio(tokens.RatioOptions{PerToken: 4}), ToolResultCap: -1, MaskKeep: 12, MaskBeforeSummary: on,
 			RecentToolResults: 2, Summarizer: &fakeSummarizer{}, OnEvent: func(e Event) { events = append(events, e) }}
 		cfg.Budget.Window, cfg.Budget.MaxOutput, cfg.Budget.Threshold = 20000, 1000, 0.6
-		m, s := testManager(t, cfg)
+		_, s := testManager(t, cfg)
 		appendAll(t, s, chat.TextMessage(chat.RoleUser, "go"))
 		for i := 0; i < 20; i++ {
 			id := fmt.Sprintf("c%d", i)
@@ -27,7 +27,7 @@ func TestMaskBeforeSummary(t *testing.T) {
 				ToolCalls: []chat.ToolCall{{ID: id, Name: "Read", Arguments: fmt.Sprintf(`{"file_path":"/d.md","offset":%d,"limit":100}`, i*100+1)}}},
 				chat.ToolResult(id, "Read", lines(250, "chunk "+id), false))
 			var err error
-			if p, err = m.Prepare(ctx, s); err != nil {
+			if p, err = s.Prepare(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}

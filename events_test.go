@@ -21,11 +21,11 @@ func TestEventsStored(t *testing.T) {
 	defer st.Close()
 	cfg := Config{Store: st, Counter: tokens.NewRatio(tokens.RatioOptions{PerToken: 4}), ToolResultCap: 1000, MaskKeep: -1, Summarizer: &fakeSummarizer{}}
 	cfg.Budget.Window, cfg.Budget.MaxOutput = 4000, 500
-	m, s := testManager(t, cfg)
+	_, s := testManager(t, cfg)
 	for i := 0; i < 30; i++ {
 		id := fmt.Sprintf("c%d", i)
 		appendAll(t, s, chat.TextMessage(chat.RoleUser, "go"), call(id), chat.ToolResult(id, "bash", lines(300, "out"), false))
-		if _, err := m.Prepare(ctx, s); err != nil {
+		if _, err := s.Prepare(ctx); err != nil {
 			t.Fatal(err)
 		}
 		appendAll(t, s, chat.TextMessage(chat.RoleAssistant, "ok"))

@@ -17,7 +17,7 @@ import (
 // still answers "context too long", retries with what Recover returns; any other error is
 // returned as it is. Here the configured window is the default 200,000 tokens but the model
 // behind the provider has 16,385: its error says so, and the session keeps the smaller window.
-func ExampleManager_Recover() {
+func ExampleSession_Recover() {
 	ctx := context.Background()
 	cfg := ctxmgr.Config{}
 	cfg.Budget.MaxOutput = 1024
@@ -39,19 +39,19 @@ func ExampleManager_Recover() {
 		}
 		return nil
 	}
-	p, err := m.Prepare(ctx, s)
+	p, err := s.Prepare(ctx)
 	if err != nil {
 		panic(err)
 	}
 	calls := 1
 	for err = call(p); err != nil && provider.IsOverflowError(err); err = call(p) {
-		if p, err = m.Recover(ctx, s, err); err != nil {
+		if p, err = s.Recover(ctx, err); err != nil {
 			break // recoveries exhausted, or the limit leaves no room: err says why
 		}
 		calls++
 	}
 	fmt.Println("error:", err, "calls:", calls)
-	fmt.Println("window now below 16385:", m.Stats(s).Window < 16385)
+	fmt.Println("window now below 16385:", s.Stats().Window < 16385)
 	fmt.Println("latest user message kept:", p.Request.Messages[len(p.Request.Messages)-1].Text())
 	// Output:
 	// error: <nil> calls: 2
@@ -61,7 +61,7 @@ func ExampleManager_Recover() {
 
 // /compact and /context for a chat front end: compact everything but the recent history now,
 // with an instruction for the summary, then show what the session holds.
-func ExampleManager_Compact() {
+func ExampleSession_Compact() {
 	ctx := context.Background()
 	cfg, _ := ctxmgr.Preset(ctxmgr.PresetDefault, 32768, 4096)
 	m, _ := ctxmgr.New(cfg)
@@ -71,11 +71,11 @@ func ExampleManager_Compact() {
 		_ = s.Append(ctx, chat.TextMessage(chat.RoleUser, fmt.Sprintf("Rename handler%d in pkg/api/routes.go. %s", i, strings.Repeat("Details. ", 120))))
 		_ = s.Append(ctx, chat.TextMessage(chat.RoleAssistant, fmt.Sprintf("Renamed handler%d.", i)))
 	}
-	res, err := m.Compact(ctx, s, "keep every file path")
+	res, err := s.Compact(ctx, "keep every file path")
 	if err != nil {
 		panic(err)
 	}
-	st := m.Stats(s)
+	st := s.Stats()
 	fmt.Println("compacted:", res.Messages > 0, "smaller:", res.TokensAfter < res.TokensBefore)
 	fmt.Println("summary version:", res.SummaryVersion, st.SummaryVersion)
 	fmt.Println("nothing lost:", st.Total == 120 && st.Evicted == res.Messages)
@@ -99,7 +99,7 @@ func ExampleManager_LoadSession() {
 	first, _ := ctxmgr.New(cfg)
 	s, _ := first.NewSession("build-42", system, nil)
 	_ = s.Append(ctx, chat.TextMessage(chat.RoleUser, "Fix the build."))
-	before, _ := first.Prepare(ctx, s)
+	before, _ := s.Prepare(ctx)
 	_ = first.Close()
 
 	// Later, in another process:
@@ -109,7 +109,7 @@ func ExampleManager_LoadSession() {
 	if err != nil {
 		panic(err)
 	}
-	after, _ := second.Prepare(ctx, s2)
+	after, _ := s2.Prepare(ctx)
 	a, _ := wire.EncodeOpenAI(&before.Request)
 	b, _ := wire.EncodeOpenAI(&after.Request)
 	fmt.Println("same request:", string(a) == string(b))
@@ -135,7 +135,7 @@ func Example_wire() {
 	defer m.Close()
 	s, _ := m.NewSession("wire", req.System, req.Tools)
 	_ = s.Append(ctx, req.Messages...)
-	p, _ := m.Prepare(ctx, s)
+	p, _ := s.Prepare(ctx)
 	out := *req
 	out.System, out.Tools, out.Messages = p.Request.System, p.Request.Tools, p.Request.Messages
 	b, _ := wire.EncodeOpenAI(&out)

@@ -27,7 +27,7 @@ func Example() {
 	log := strings.Repeat("pkg/x.go:12: undefined: y\n", 8000)
 	_ = s.Append(ctx, chat.ToolResult("call_1", "bash", log, true))
 
-	p, err := m.Prepare(ctx, s)
+	p, err := s.Prepare(ctx)
 	if err != nil {
 		panic(err)
 	}

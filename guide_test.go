@@ -73,7 +73,7 @@ func TestLongSessionSmallWindowSummaryBounded(t *testing.T) {
 	}
 	cfg := Config{Store: st}
 	cfg.Budget.Window, cfg.Budget.MaxOutput = 4096, 512
-	m, s := testManager(t, cfg)
+	_, s := testManager(t, cfg)
 	turns := 300
 	if testing.Short() {
 		turns = 120
@@ -85,7 +85,7 @@ func TestLongSessionSmallWindowSummaryBounded(t *testing.T) {
 		appendAll(t, s, chat.TextMessage(chat.RoleUser, fmt.Sprintf("turn %d: look at file%d.go", i, i)),
 			chat.Message{Role: chat.RoleAssistant, ToolCalls: []chat.ToolCall{{ID: id, Name: "read", Arguments: fmt.Sprintf(`{"path":"file%d.go"}`, i)}}},
 			chat.ToolResult(id, "read", strings.Repeat(fmt.Sprintf("line of file%d\n", i), size/14), false))
-		p, err := m.Prepare(ctx, s)
+		p, err := s.Prepare(ctx)
 		if err != nil {
 			t.Fatalf("turn %d: %v", i, err)
 		}

@@ -112,7 +112,7 @@ func drive(t *testing.T, cfg Config, system []chat.Message, hist []chat.Message,
 	var prev *Prepared
 	for i, msg := range hist {
 		if msg.Role == chat.RoleAssistant {
-			p, err := m.Prepare(ctx, s)
+			p, err := s.Prepare(ctx)
 			if err != nil {
 				var nf *NoFitError
 				if errors.As(err, &nf) {
@@ -133,7 +133,7 @@ func drive(t *testing.T, cfg Config, system []chat.Message, hist []chat.Message,
 						body = fmt.Sprintf(`{"error":{"message":"This model's maximum context length is %d tokens. However, your messages resulted in %d tokens.","code":"context_length_exceeded"}}`,
 							realWindow, p.Report.InputAfter)
 					}
-					rp, err := m.Recover(ctx, s, &provider.StatusError{Status: 400, Body: []byte(body)})
+					rp, err := s.Recover(ctx, &provider.StatusError{Status: 400, Body: []byte(body)})
 					if err != nil {
 						out.errs = append(out.errs, "recover: "+err.Error())
 						break

@@ -32,8 +32,12 @@ import (
 	"github.com/ctxmgr/ctxmgr/summarize"
 )
 
-// Manager runs the context pipeline for any number of sessions. It is safe for concurrent use;
-// calls on one Session are serialized by the session.
+// Manager makes sessions (NewSession, LoadSession) that share one configuration, store and
+// background work; the operations on a conversation are methods of its Session. It is safe for
+// concurrent use. Calls on one Session are serialized by the session's lock, with one
+// exception: a summarizer runs outside it (the cut is planned under the lock, the summarizer
+// is called without it, and its result is applied under it only if the history it covered
+// is unchanged), so a slow LLM never blocks the session's other calls.
 type Manager struct {
 	cfg      Config
 	log      *slog.Logger

@@ -61,7 +61,7 @@ func TestIngestionOffload(t *testing.T) {
 	m, s := testManager(t, Config{ToolResultCap: 4000})
 	big := lines(2000, "output line")
 	appendAll(t, s, chat.TextMessage(chat.RoleUser, "go"), call("c1"), chat.ToolResult("c1", "bash", big, false))
-	p, err := m.Prepare(ctx, s)
+	p, err := s.Prepare(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,13 +97,13 @@ func TestMaskingBatchedByMinSaving(t *testing.T) {
 	counter := tokens.NewRatio(tokens.RatioOptions{PerToken: 4})
 	cfg := Config{Counter: counter, ToolResultCap: -1, MaskKeep: 1, MaskMinSaving: 3000, DisableSummary: true}
 	cfg.Budget.Window, cfg.Budget.MaxOutput, cfg.Budget.Threshold = 20000, 1000, 0.5
-	m, s := testManager(t, cfg)
+	_, s := testManager(t, cfg)
 	appendAll(t, s, chat.TextMessage(chat.RoleUser, "go"))
 	masked := 0
 	for i := 0; i < 12; i++ {
 		id := fmt.Sprintf("c%d", i)
 		appendAll(t, s, call(id), chat.ToolResult(id, "bash", lines(300, "result "+id), false))
-		p, err := m.Prepare(ctx, s)
+		p, err := s.Prepare(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -133,7 +133,7 @@ func TestSummarizeArchivesAndKeepsReserve(t *testing.T) {
 	var compactions int
 	for turn := 0; turn < 30; turn++ {
 		appendAll(t, s, chat.TextMessage(chat.RoleUser, fmt.Sprintf("request %d %s", turn, strings.Repeat("x ", 600))))
-		p, err := m.Prepare(ctx, s)
+		p, err := s.Prepare(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -146,7 +146,7 @@ func TestSummarizeArchivesAndKeepsReserve(t *testing.T) {
 	if compactions == 0 {
 		t.Fatal("never summarized")
 	}
-	st := m.Stats(s)
+	st := s.Stats()
 	if st.SummaryVersion != compactions || st.Evicted == 0 {
 		t.Fatalf("stats = %+v, compactions %d", st, compactions)
 	}
@@ -168,12 +168,12 @@ func TestHugeTurnTruncatesAndNoFit(t *testing.T) {
 	counter := tokens.NewRatio(tokens.RatioOptions{PerToken: 4})
 	cfg := Config{Counter: counter, ToolResultCap: -1, MaskKeep: -1}
 	cfg.Budget.Window, cfg.Budget.MaxOutput = 8000, 1000
-	m, s := testManager(t, cfg)
+	_, s := testManager(t, cfg)
 	// One iteration with two parallel calls: no safe cut inside it.
 	parallel := chat.Message{Role: chat.RoleAssistant, ToolCalls: []chat.ToolCall{{ID: "c1", Name: "bash", Arguments: "{}"}, {ID: "c2", Name: "bash", Arguments: "{}"}}}
 	appendAll(t, s, chat.TextMessage(chat.RoleUser, "analyse"), parallel, chat.ToolResult("c1", "bash", lines(3000, "huge"), false),
 		chat.ToolResult("c2", "bash", lines(2000, "big"), false))
-	p, err := m.Prepare(ctx, s)
+	p, err := s.Prepare(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func TestHugeTurnTruncatesAndNoFit(t *testing.T) {
 	// A user message that alone exceeds the window: typed error with numbers.
 	_, s2 := testManager(t, cfg)
 	appendAll(t, s2, chat.TextMessage(chat.RoleUser, strings.Repeat("word ", 9000)))
-	_, err = m.Prepare(ctx, s2)
+	_, err = s2.Prepare(ctx)
 	var nf *NoFitError
 	if !errors.As(err, &nf) || !errors.Is(err, ErrDoesNotFit) || nf.LatestUser < 9000 {
 		t.Fatalf("err = %v, want NoFitError with the latest user message's size", err)
@@ -247,15 +247,15 @@ func TestRecover(t *testing.T) {
 		}
 		appendAll(t, s, chat.TextMessage(chat.RoleUser, "latest"))
 	}
-	m, s := testManager(t, cfg)
+	_, s := testManager(t, cfg)
 	fill(s)
-	p0, err := m.Prepare(ctx, s)
+	p0, err := s.Prepare(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Not an overflow: returned as is.
 	other := &provider.StatusError{Status: 429, Body: []byte(`{"error":{"message":"Rate limit reached for gpt-4o on tokens per min (TPM)","code":"rate_limit_exceeded"}}`)}
-	if _, err := m.Recover(ctx, s, other); err != other {
+	if _, err := s.Recover(ctx, other); err != other {
 		t.Fatalf("non-overflow error not passed through: %v", err)
 	}
 	// The provider counts 10% more than we do, and its window is 30% short of what the
@@ -272,19 +272,19 @@ func TestRecover(t *testing.T) {
 	if fits(p0) {
 		t.Fatalf("the first request (%d tokens) already fits: the test proves nothing", p0.Report.InputAfter)
 	}
-	p1, err := m.Recover(ctx, s, overflow(p0))
+	p1, err := s.Recover(ctx, overflow(p0))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !fits(p1) {
 		t.Fatalf("after one recovery the request has %d tokens (x%.1f + %d output > %d)", p1.Report.InputAfter, ratio, cfg.Budget.MaxOutput, realWindow)
 	}
-	if p1.Report.Window >= cfg.Budget.Window || m.Stats(s).Window != p1.Report.Window {
-		t.Fatalf("window in force: report %d, stats %d", p1.Report.Window, m.Stats(s).Window)
+	if p1.Report.Window >= cfg.Budget.Window || s.Stats().Window != p1.Report.Window {
+		t.Fatalf("window in force: report %d, stats %d", p1.Report.Window, s.Stats().Window)
 	}
 	// The smaller window stays for the session.
 	appendAll(t, s, chat.TextMessage(chat.RoleAssistant, "ok"), chat.TextMessage(chat.RoleUser, "again"))
-	if p, err := m.Prepare(ctx, s); err != nil || p.Report.Window != p1.Report.Window || !fits(p) {
+	if p, err := s.Prepare(ctx); err != nil || p.Report.Window != p1.Report.Window || !fits(p) {
 		t.Fatalf("after a new message: window %d (was %d), %d tokens, %v", p.Report.Window, p1.Report.Window, p.Report.InputAfter, err)
 	}
 
@@ -292,13 +292,13 @@ func TestRecover(t *testing.T) {
 	// bound; a new message resets the bound.
 	_, sb := testManager(t, cfg)
 	fill(sb)
-	prev, err := m.Prepare(ctx, sb)
+	prev, err := sb.Prepare(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	bare := &provider.StatusError{Status: 400, Body: []byte(`{"error":{"message":"Please reduce the length of the messages.","code":"context_length_exceeded"}}`)}
 	for attempt := 1; attempt <= 2; attempt++ {
-		p, err := m.Recover(ctx, sb, bare)
+		p, err := sb.Recover(ctx, bare)
 		if err != nil {
 			t.Fatalf("attempt %d: %v", attempt, err)
 		}
@@ -307,39 +307,39 @@ func TestRecover(t *testing.T) {
 		}
 		prev = p
 	}
-	if _, err := m.Recover(ctx, sb, bare); !errors.Is(err, ErrRecoveryExhausted) {
+	if _, err := sb.Recover(ctx, bare); !errors.Is(err, ErrRecoveryExhausted) {
 		t.Fatalf("third recovery: %v, want ErrRecoveryExhausted", err)
 	}
 	appendAll(t, sb, chat.TextMessage(chat.RoleAssistant, "ok"), chat.TextMessage(chat.RoleUser, "again"))
-	if _, err := m.Prepare(ctx, sb); err != nil {
+	if _, err := sb.Prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Recover(ctx, sb, overflow(prev)); err != nil {
+	if _, err := sb.Recover(ctx, overflow(prev)); err != nil {
 		t.Fatalf("after a new message: %v", err)
 	}
 	// A stated maximum below the reply reserve: the reserve shrinks to a quarter of the
 	// window in force, and the request fits beside it.
 	_, s2 := testManager(t, cfg)
 	appendAll(t, s2, chat.TextMessage(chat.RoleUser, "hi"))
-	if _, err := m.Prepare(ctx, s2); err != nil {
+	if _, err := s2.Prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Budget.MaxOutput < 800 {
 		t.Fatalf("the test needs a reply reserve above 800 tokens, has %d", cfg.Budget.MaxOutput)
 	}
 	small := &provider.StatusError{Status: 400, Body: []byte(`{"error":{"message":"This model's maximum context length is 800 tokens.","code":"context_length_exceeded"}}`)}
-	p2, err := m.Recover(ctx, s2, small)
+	p2, err := s2.Recover(ctx, small)
 	if err != nil || p2.Report.MaxOutput > 200 || p2.Report.InputAfter+p2.Report.MaxOutput > 800 {
 		t.Fatalf("recovery under a maximum below max output: %v (input %d, reply %d)", err, p2.Report.InputAfter, p2.Report.MaxOutput)
 	}
 	// A maximum that leaves no room at all: a typed error that says so.
 	_, s3 := testManager(t, cfg)
 	appendAll(t, s3, chat.TextMessage(chat.RoleUser, "hi"))
-	if _, err := m.Prepare(ctx, s3); err != nil {
+	if _, err := s3.Prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
 	tiny := &provider.StatusError{Status: 400, Body: []byte(`{"error":{"message":"This model's maximum context length is 3 tokens.","code":"context_length_exceeded"}}`)}
-	if _, err = m.Recover(ctx, s3, tiny); !errors.Is(err, ErrRecoveryExhausted) && !errors.Is(err, ErrDoesNotFit) || !strings.Contains(err.Error(), "maximum is 3 tokens") && !errors.Is(err, ErrDoesNotFit) {
+	if _, err = s3.Recover(ctx, tiny); !errors.Is(err, ErrRecoveryExhausted) && !errors.Is(err, ErrDoesNotFit) || !strings.Contains(err.Error(), "maximum is 3 tokens") && !errors.Is(err, ErrDoesNotFit) {
 		t.Fatalf("recovery under a maximum of 3 tokens: %v", err)
 	}
 }
@@ -350,19 +350,19 @@ func TestRecoverSmallRealWindow(t *testing.T) {
 	ctx := context.Background()
 	cfg := Config{Summarizer: &fakeSummarizer{}}
 	cfg.Budget.MaxOutput = 1024
-	m, s := testManager(t, cfg)
+	_, s := testManager(t, cfg)
 	for i := 0; i < 40; i++ {
 		appendAll(t, s, chat.TextMessage(chat.RoleUser, fmt.Sprintf("step %d: %s", i, strings.Repeat("context ", 400))),
 			chat.TextMessage(chat.RoleAssistant, "done"))
 	}
 	appendAll(t, s, chat.TextMessage(chat.RoleUser, "and now?"))
-	p, err := m.Prepare(ctx, s)
+	p, err := s.Prepare(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	err = &provider.StatusError{Status: 400, Body: fmt.Appendf(nil, `{"error":{"message":"This model's maximum context length is 16385 tokens. `+
 		`However, your messages resulted in %d tokens.","code":"context_length_exceeded"}}`, p.Report.InputAfter)}
-	p, err = m.Recover(ctx, s, err)
+	p, err = s.Recover(ctx, err)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,7 +380,7 @@ func TestCompactClearStats(t *testing.T) {
 	for i := 0; i < 10; i++ {
 		appendAll(t, s, chat.TextMessage(chat.RoleUser, fmt.Sprintf("question %d about /src/main.go", i)), chat.TextMessage(chat.RoleAssistant, "answer"))
 	}
-	res, err := m.CompactAll(ctx, s, "keep only decisions")
+	res, err := s.CompactAll(ctx, "keep only decisions")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,11 +388,11 @@ func TestCompactClearStats(t *testing.T) {
 	if res.Messages != 19 || res.TokensAfter >= res.TokensBefore || res.Summary == "" {
 		t.Fatalf("compact = %+v", res)
 	}
-	st := m.Stats(s)
+	st := s.Stats()
 	if st.Evicted != 20 || st.SummaryVersion != 1 || len(st.Archives) != 2 {
 		t.Fatalf("stats = %+v", st)
 	}
-	p0, err := m.Prepare(ctx, s)
+	p0, err := s.Prepare(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,10 +400,10 @@ func TestCompactClearStats(t *testing.T) {
 		t.Fatalf("after compact all: %d messages, first %q", len(p0.Request.Messages), p0.Request.Messages[0].Text())
 	}
 	appendAll(t, s, chat.TextMessage(chat.RoleUser, "more"))
-	if err := m.Clear(ctx, s); err != nil {
+	if err := s.Clear(ctx); err != nil {
 		t.Fatal(err)
 	}
-	p, err := m.Prepare(ctx, s)
+	p, err := s.Prepare(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -442,12 +442,12 @@ func TestSingleTurnRunSummarizes(t *testing.T) {
 	counter := tokens.NewRatio(tokens.RatioOptions{PerToken: 4})
 	cfg := Config{Counter: counter, ToolResultCap: -1, MaskKeep: -1}
 	cfg.Budget.Window, cfg.Budget.MaxOutput = 8000, 1000
-	m, s := testManager(t, cfg)
+	_, s := testManager(t, cfg)
 	task := chat.TextMessage(chat.RoleUser, "Fix the failing test in pkg/handler.go")
 	appendAll(t, s, task)
 	compactions := 0
 	for i := 0; i < 60; i++ {
-		p, err := m.Prepare(ctx, s)
+		p, err := s.Prepare(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -461,7 +461,7 @@ func TestSingleTurnRunSummarizes(t *testing.T) {
 	if compactions == 0 {
 		t.Fatal("a single-turn run was never summarized")
 	}
-	if st := m.Stats(s); st.Evicted == 0 || st.Truncated != 0 {
+	if st := s.Stats(); st.Evicted == 0 || st.Truncated != 0 {
 		t.Fatalf("stats %+v: want summaries, not truncation", st)
 	}
 }
@@ -469,12 +469,12 @@ func TestSingleTurnRunSummarizes(t *testing.T) {
 // Results of exempt tools are never offloaded, masked or truncated by the optional steps.
 func TestExemptTools(t *testing.T) {
 	ctx := context.Background()
-	m, s := testManager(t, Config{ToolResultCap: 1000, ExemptTools: []string{"read_file"}})
+	_, s := testManager(t, Config{ToolResultCap: 1000, ExemptTools: []string{"read_file"}})
 	big := lines(300, "source line")
 	appendAll(t, s, chat.TextMessage(chat.RoleUser, "go"),
 		chat.Message{Role: chat.RoleAssistant, ToolCalls: []chat.ToolCall{{ID: "r1", Name: "read_file", Arguments: "{}"}, {ID: "b1", Name: "bash", Arguments: "{}"}}},
 		chat.ToolResult("r1", "read_file", big, false), chat.ToolResult("b1", "bash", big, false))
-	p, err := m.Prepare(ctx, s)
+	p, err := s.Prepare(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -495,7 +495,7 @@ func TestFiftyMegabyteToolOutput(t *testing.T) {
 	m, s := testManager(t, Config{})
 	huge := strings.Repeat("0123456789 abcdefghij klmnopqrstuvwxyz ABCDEFGHIJ error? no, fine\n", 50<<20/68)
 	appendAll(t, s, chat.TextMessage(chat.RoleUser, "dump it"), call("c1"), chat.ToolResult("c1", "bash", huge, false))
-	p, err := m.Prepare(ctx, s)
+	p, err := s.Prepare(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -508,5 +508,38 @@ func TestFiftyMegabyteToolOutput(t *testing.T) {
 	full, _, err := m.Config().Store.ReadOffload(ctx, "s1", offloadKey(2, "c1"), 1, 0)
 	if err != nil || len(full) != len(huge) {
 		t.Fatalf("offloaded %d of %d bytes: %v", len(full), len(huge), err)
+	}
+}
+
+// TestSessionUsesItsOwnManager: the operations are methods of the session, so a session made
+// by one Manager compacts into that Manager's store, whatever other Managers exist (a
+// Manager method handed another Manager's session used to store the summary in its own).
+func TestSessionUsesItsOwnManager(t *testing.T) {
+	ctx := context.Background()
+	stA, stB := store.NewMemory(), store.NewMemory()
+	newM := func(st store.Store) *Manager {
+		cfg := Config{Store: st, Summarizer: &fakeSummarizer{}}
+		cfg.Budget.Window, cfg.Budget.MaxOutput = 20000, 1000
+		m, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = m.Close() })
+		return m
+	}
+	_, b := newM(stA), newM(stB)
+	s, err := b.NewSession("own", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendAll(t, s, chat.TextMessage(chat.RoleUser, "one"), chat.TextMessage(chat.RoleAssistant, "two"),
+		chat.TextMessage(chat.RoleUser, "three"))
+	if err := s.Clear(ctx); err != nil {
+		t.Fatal(err)
+	}
+	inB, _ := stB.Summaries(ctx, "own")
+	inA, _ := stA.Summaries(ctx, "own")
+	if len(inB) == 0 || len(inA) != 0 {
+		t.Fatalf("summaries: %d in the session's store, %d in the other's", len(inB), len(inA))
 	}
 }

@@ -57,7 +57,7 @@ type Report struct {
 // <= window, by the configured counter), and begins with the previous request's messages
 // unless Report.PrefixChanged. If even the system prompt, the tools and the latest user
 // message do not fit, it returns a *NoFitError (errors.Is ErrDoesNotFit) with the numbers.
-func (m *Manager) Prepare(ctx context.Context, s *Session) (Prepared, error) {
+func (s *Session) Prepare(ctx context.Context) (Prepared, error) {
 	return s.prepare(ctx, false)
 }
 
@@ -750,7 +750,7 @@ func (s *Session) applyBackground(ctx context.Context, rep *Report) error {
 // than the request it refused: its input part by 10% on the first attempt, by half on later
 // ones. The session keeps the smaller window from then on (the Store keeps
 // it across restarts); thresholds, reserve and the summary size keep their ratios to it.
-func (m *Manager) Recover(ctx context.Context, s *Session, providerErr error) (Prepared, error) {
+func (s *Session) Recover(ctx context.Context, providerErr error) (Prepared, error) {
 	if !provider.IsOverflowError(providerErr) {
 		return Prepared{}, providerErr
 	}
@@ -758,7 +758,7 @@ func (m *Manager) Recover(ctx context.Context, s *Session, providerErr error) (P
 	s.mu.Lock()
 	s.recoveries++
 	n := s.recoveries
-	if n > m.cfg.MaxRecoveries {
+	if n > s.m.cfg.MaxRecoveries {
 		s.mu.Unlock()
 		return Prepared{}, fmt.Errorf("%w after %d attempts: %w", ErrRecoveryExhausted, n-1, providerErr)
 	}
@@ -806,6 +806,6 @@ func (m *Manager) Recover(ctx context.Context, s *Session, providerErr error) (P
 	ev := Event{Step: StepRecover, Reason: fmt.Sprintf("%s: window now %d tokens", reason, win),
 		Before: p.Report.InputBefore, After: p.Report.InputAfter}
 	p.Report.Steps = append(p.Report.Steps, ev)
-	m.emit(s, ev)
+	s.m.emit(s, ev)
 	return p, nil
 }

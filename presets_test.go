@@ -51,9 +51,9 @@ func TestPresetsValidate(t *testing.T) {
 // QwenPaw offloads a 60,000-byte recent result and cuts an older one to 3,000 bytes.
 func TestPresetQwenPaw(t *testing.T) {
 	ctx := context.Background()
-	m, s, _ := presetManager(t, PresetQwenPaw, 200000, 32000)
+	_, s, _ := presetManager(t, PresetQwenPaw, 200000, 32000)
 	appendAll(t, s, chat.TextMessage(chat.RoleUser, "go"), call("c1"), chat.ToolResult("c1", "bash", lines(6000, "first result line"), false))
-	p, err := m.Prepare(ctx, s)
+	p, err := s.Prepare(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestPresetQwenPaw(t *testing.T) {
 		t.Fatalf("recent 60 kB+ result: %d bytes in context, want offloaded under 50000", n)
 	}
 	appendAll(t, s, call("c2"), chat.ToolResult("c2", "bash", lines(1000, "r2"), false), call("c3"), chat.ToolResult("c3", "bash", lines(1000, "r3"), false))
-	p, err = m.Prepare(ctx, s)
+	p, err = s.Prepare(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,12 +76,12 @@ func TestPresetQwenPaw(t *testing.T) {
 // Picoclaw summarizes past 20 messages keeping the last turn-snapped 4.
 func TestPresetPicoclaw(t *testing.T) {
 	ctx := context.Background()
-	m, s, _ := presetManager(t, PresetPicoclaw, 200000, 32000)
+	_, s, _ := presetManager(t, PresetPicoclaw, 200000, 32000)
 	for i := 0; i < 10; i++ {
 		appendAll(t, s, chat.TextMessage(chat.RoleUser, fmt.Sprintf("q%d", i)), chat.TextMessage(chat.RoleAssistant, "a"))
 	}
 	appendAll(t, s, chat.TextMessage(chat.RoleUser, "q10"), call("c1"), chat.ToolResult("c1", "bash", "ok", false))
-	p, err := m.Prepare(ctx, s) // 23 messages > 20
+	p, err := s.Prepare(ctx) // 23 messages > 20
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,13 +99,13 @@ func TestPresetPicoclaw(t *testing.T) {
 // BaseAgent prunes old tool output only when at least 20,000 tokens are freed.
 func TestPresetBaseAgent(t *testing.T) {
 	ctx := context.Background()
-	m, s, events := presetManager(t, PresetBaseAgent, 200000, 32000)
+	_, s, events := presetManager(t, PresetBaseAgent, 200000, 32000)
 	appendAll(t, s, chat.TextMessage(chat.RoleUser, "go"))
 	pruned := false
 	for i := 0; i < 60 && !pruned; i++ {
 		id := fmt.Sprintf("c%d", i)
 		appendAll(t, s, call(id), chat.ToolResult(id, "bash", lines(550, "output of "+id), false)) // ~2400 tokens each
-		if _, err := m.Prepare(ctx, s); err != nil {
+		if _, err := s.Prepare(ctx); err != nil {
 			t.Fatal(err)
 		}
 		for _, e := range *events {
@@ -126,11 +126,11 @@ func TestPresetBaseAgent(t *testing.T) {
 // CoPaw: no tool-result handling; compaction at 75% keeps a 10% reserve.
 func TestPresetCoPaw(t *testing.T) {
 	ctx := context.Background()
-	m, s, _ := presetManager(t, PresetCoPaw, 20000, 2000)
+	_, s, _ := presetManager(t, PresetCoPaw, 20000, 2000)
 	compactions := 0
 	for i := 0; i < 40; i++ {
 		appendAll(t, s, chat.TextMessage(chat.RoleUser, fmt.Sprintf("q%d %s", i, strings.Repeat("word ", 600))))
-		p, err := m.Prepare(ctx, s)
+		p, err := s.Prepare(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,12 +148,12 @@ func TestPresetCoPaw(t *testing.T) {
 // CowAgent: summarize past 20 turns, keep the newest half.
 func TestPresetCowAgent(t *testing.T) {
 	ctx := context.Background()
-	m, s, _ := presetManager(t, PresetCowAgent, 200000, 32000)
+	_, s, _ := presetManager(t, PresetCowAgent, 200000, 32000)
 	for i := 0; i < 21; i++ {
 		appendAll(t, s, chat.TextMessage(chat.RoleUser, fmt.Sprintf("q%d", i)), chat.TextMessage(chat.RoleAssistant, "a"))
 	}
 	appendAll(t, s, chat.TextMessage(chat.RoleUser, "q21"))
-	p, err := m.Prepare(ctx, s)
+	p, err := s.Prepare(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,7 +46,7 @@ func TestRestoreGivesSameRequest(t *testing.T) {
 	restarts, events := 0, 0
 	for i, msg := range hist {
 		if msg.Role == chat.RoleAssistant {
-			p1, err := m1.Prepare(ctx, s1)
+			p1, err := s1.Prepare(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -59,7 +59,7 @@ func TestRestoreGivesSameRequest(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				p2, err := m2.Prepare(ctx, s2)
+				p2, err := s2.Prepare(ctx)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -104,11 +104,11 @@ func TestRestoreKeepsRecoveredWindow(t *testing.T) {
 	for i := 0; i < 40; i++ {
 		appendAll(t, s1, chat.TextMessage(chat.RoleUser, "question "+string(rune('a'+i%26))), chat.TextMessage(chat.RoleAssistant, "answer"))
 	}
-	if _, err := m1.Prepare(ctx, s1); err != nil {
+	if _, err := s1.Prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
 	overflow := &provider.StatusError{Status: 400, Body: []byte(`{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 9000 tokens > 4096 maximum"}}`)}
-	p1, err := m1.Recover(ctx, s1, overflow)
+	p1, err := s1.Recover(ctx, overflow)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestRestoreKeepsRecoveredWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w := m2.Stats(s2).Window; w != p1.Report.Window {
+	if w := s2.Stats().Window; w != p1.Report.Window {
 		t.Fatalf("window after restart: %d, want %d", w, p1.Report.Window)
 	}
 }

@@ -27,7 +27,7 @@ func TestSupersedeRereadFile(t *testing.T) {
 	st := store.NewMemory()
 	var events []Event
 	cfg := Config{Store: st, ToolResultCap: 10000, Supersede: true, OnEvent: func(e Event) { events = append(events, e) }}
-	m, s := testManager(t, cfg)
+	_, s := testManager(t, cfg)
 	file := lines(400, "def handler_fn") // ~8 KB
 	appendAll(t, s, chat.TextMessage(chat.RoleUser, "fix it"), readCall("r0", "/repo/a.py", 0, 0), chat.ToolResult("r0", "Read", file, false))
 	// Many small calls (a superseding rewrite pays once enough calls are expected to come),
@@ -35,12 +35,12 @@ func TestSupersedeRereadFile(t *testing.T) {
 	for i := 1; i < 200; i++ {
 		id := fmt.Sprintf("c%d", i)
 		appendAll(t, s, chat.Message{Role: chat.RoleAssistant, ToolCalls: []chat.ToolCall{{ID: id, Name: "bash", Arguments: fmt.Sprintf(`{"command":"echo %d"}`, i)}}}, chat.ToolResult(id, "bash", "ok", false))
-		if _, err := m.Prepare(ctx, s); err != nil {
+		if _, err := s.Prepare(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
 	appendAll(t, s, readCall("r1", "/repo/a.py", 0, 0), chat.ToolResult("r1", "Read", file, false))
-	p, err := m.Prepare(ctx, s)
+	p, err := s.Prepare(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestSupersedeRereadFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p2, err := m2.Prepare(ctx, s2)
+	p2, err := s2.Prepare(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestSupersedeRereadFile(t *testing.T) {
 // A narrower later read does not supersede a wider earlier one; a wider one does.
 func TestSupersedeRanges(t *testing.T) {
 	ctx := context.Background()
-	m, s := testManager(t, Config{Supersede: true, ToolResultCap: -1})
+	_, s := testManager(t, Config{Supersede: true, ToolResultCap: -1})
 	chunk := lines(300, "line of the spec")
 	appendAll(t, s, chat.TextMessage(chat.RoleUser, "quote it"),
 		readCall("a", "/d.md", 100, 300), chat.ToolResult("a", "Read", chunk, false),
@@ -94,7 +94,7 @@ func TestSupersedeRanges(t *testing.T) {
 		id := fmt.Sprintf("x%d", i)
 		appendAll(t, s, chat.Message{Role: chat.RoleAssistant, ToolCalls: []chat.ToolCall{{ID: id, Name: "bash", Arguments: fmt.Sprintf(`{"command":"echo %d"}`, i)}}}, chat.ToolResult(id, "bash", "ok", false))
 	}
-	p, err := m.Prepare(ctx, s)
+	p, err := s.Prepare(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestSupersedeRanges(t *testing.T) {
 		t.Fatal("a wider read superseded by a narrower one")
 	}
 	appendAll(t, s, readCall("c", "/d.md", 1, 1000), chat.ToolResult("c", "Read", chunk+chunk, false))
-	if p, err = m.Prepare(ctx, s); err != nil {
+	if p, err = s.Prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range []int{2, 4} {

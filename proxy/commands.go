@@ -97,11 +97,10 @@ func splitCommands(msgs []chat.Message) ([]chat.Message, *command) {
 
 // runCommand executes a command on a synced session and returns the text to answer.
 func (s *Server) runCommand(ctx context.Context, ps *psession, c *command, system []chat.Message, tools []chat.Tool) string {
-	m := ps.mgr.m
 	s.metrics.commands.WithLabelValues(c.name).Inc()
 	switch c.name {
 	case "compact":
-		res, err := m.Compact(ctx, ps.sess, c.arg)
+		res, err := ps.sess.Compact(ctx, c.arg)
 		if err != nil {
 			return fmt.Sprintf("%s /compact failed: %v", replyPrefix, err)
 		}
@@ -120,19 +119,19 @@ func (s *Server) runCommand(ctx context.Context, ps *psession, c *command, syste
 		b.WriteString(res.Summary)
 		return b.String()
 	case "clear":
-		before := m.Stats(ps.sess)
-		if err := m.Clear(ctx, ps.sess); err != nil {
+		before := ps.sess.Stats()
+		if err := ps.sess.Clear(ctx); err != nil {
 			return fmt.Sprintf("%s /context clear failed: %v", replyPrefix, err)
 		}
 		_ = s.syncReadTool(ps, system, tools)
-		after := m.Stats(ps.sess)
+		after := ps.sess.Stats()
 		var b strings.Builder
 		fmt.Fprintf(&b, "%s /context clear: %d messages archived; the context now holds the system prompt and tools only (input %d -> %d tokens). Nothing was deleted.\n",
 			replyPrefix, after.Evicted-before.Evicted, before.Input, after.Input)
 		writeArchives(&b, after)
 		return b.String()
 	default:
-		return contextReport(ps, m.Stats(ps.sess), !s.cfg.DisableReadTool, s.cfg.SummarizerName)
+		return contextReport(ps, ps.sess.Stats(), !s.cfg.DisableReadTool, s.cfg.SummarizerName)
 	}
 }
 

@@ -94,7 +94,7 @@ func (s *Server) managedCount(ctx context.Context, f Format, header string, req 
 			// The session's request as it stands (its system and tools are the client's, synced
 			// on every request), plus the messages added since, counted whole.
 			c := ps.mgr.m.Config().Counter
-			n := ps.mgr.m.Stats(ps.sess).Input
+			n := ps.sess.Stats().Input
 			if news := msgs[k:]; len(news) > 0 {
 				n += c.Request(&chat.Request{Messages: news}).Total - c.Request(&chat.Request{}).Total
 			}

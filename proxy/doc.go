@@ -72,7 +72,7 @@
 // So a Claude Code run (a quota check and a title request under the run's metadata.user_id,
 // then the main conversation) keeps one whole session for its conversation and no branch.
 //
-// Then ctxmgr's pipeline runs (Manager.Prepare) and the body's system prompt, tools and
+// Then ctxmgr's pipeline runs (Session.Prepare) and the body's system prompt, tools and
 // messages are replaced by the prepared request (the summary instead of the compacted part),
 // every other body field kept verbatim. When the pipeline changed nothing, the client's own
 // bytes are forwarded.
@@ -121,7 +121,7 @@
 // in ctxmgr_usage_ratio).
 //
 // When the upstream answers with a context overflow (provider.IsOverflow), the proxy calls
-// Manager.Recover, which settles the session on the window the provider's error states (or
+// Session.Recover, which settles the session on the window the provider's error states (or
 // one below the refused request), bounded by the Manager's MaxRecoveries, and retries; the
 // session keeps that window, so a model served with a shorter context than the proxy assumed
 // costs one retry, not one per request. The client sees the final answer, or the provider's

@@ -253,7 +253,7 @@ func TestLongConversation(t *testing.T) {
 			e.srv.sessMu.Lock()
 			ps := e.srv.sessions["long-"+string(format)]
 			e.srv.sessMu.Unlock()
-			st := ps.mgr.m.Stats(ps.sess)
+			st := ps.sess.Stats()
 			total := 0
 			for _, m := range ps.sess.History() {
 				total += e.fake.Count(&chat.Request{Messages: []chat.Message{m}})
@@ -696,7 +696,7 @@ func TestSmallRealWindow(t *testing.T) {
 	e.srv.sessMu.Lock()
 	ps := e.srv.sessions["small-window"]
 	e.srv.sessMu.Unlock()
-	if w := ps.mgr.m.Stats(ps.sess).Window; w > window {
+	if w := ps.sess.Stats().Window; w > window {
 		t.Errorf("window in force %d, above the server's %d", w, window)
 	}
 }

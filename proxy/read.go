@@ -77,7 +77,7 @@ func (s *Server) answerRead(ctx context.Context, id string, mgr *managed, sess *
 		a.Lines = 200
 	}
 	a.Lines = min(a.Lines, 2000)
-	st := mgr.m.Stats(sess)
+	st := sess.Stats()
 	st0 := s.cfg.Store
 
 	var full string

@@ -240,7 +240,7 @@ func TestResponsesLongConversation(t *testing.T) {
 				ps = p
 			}
 			e.srv.sessMu.Unlock()
-			st := ps.mgr.m.Stats(ps.sess)
+			st := ps.sess.Stats()
 			// Management: a summary, or old results masked (the default preset masks before it
 			// summarizes), with their full text in the store.
 			if st.Evicted == 0 && st.Masked == 0 || len(st.Offloads) == 0 {

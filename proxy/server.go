@@ -557,12 +557,12 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 		return nil, info, errAnswered
 	}
 	counter := ps.mgr.m.Config().Counter
-	p, err := ps.mgr.m.Prepare(ctx, ps.sess)
+	p, err := ps.sess.Prepare(ctx)
 	if err == nil && !ps.readTool && (len(p.Report.Steps) > 0 || p.Report.Evicted > 0) {
 		// Only a step of the pipeline stores content to read back (an ingestion offload is
 		// seen when it is appended, in sync).
 		if err = s.syncReadTool(ps, dec.System, dec.Tools); err == nil && ps.readTool {
-			p, err = ps.mgr.m.Prepare(ctx, ps.sess)
+			p, err = ps.sess.Prepare(ctx)
 		}
 	}
 	x.readTool = ps.readTool
@@ -715,7 +715,7 @@ func (x *exchange) forward(ctx context.Context, body []byte) {
 // recover answers an upstream overflow: a tighter request, if the Manager has recoveries left.
 func (x *exchange) recover(ctx context.Context, status int, body []byte) ([]byte, bool) {
 	x.ps.mu.Lock()
-	p, err := x.mgr.m.Recover(ctx, x.sess, &provider.StatusError{Status: status, Body: body})
+	p, err := x.sess.Recover(ctx, &provider.StatusError{Status: status, Body: body})
 	x.ps.mu.Unlock()
 	if err != nil {
 		x.log.Warn("proxy: overflow recovery failed", slog.String("error", err.Error()))

@@ -317,7 +317,7 @@ func (s *Server) syncReadTool(ps *psession, system []chat.Message, tools []chat.
 	if s.cfg.DisableReadTool || ps.readTool {
 		return nil
 	}
-	if !needsRead(ps.mgr.m.Stats(ps.sess)) {
+	if !needsRead(ps.sess.Stats()) {
 		return nil
 	}
 	if err := ps.sess.SetSystem(system, withReadTool(tools)); err != nil {

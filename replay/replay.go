@@ -575,7 +575,7 @@ func (r *runner) replay(ctx context.Context, d *trajData, strategy string) (Repl
 				c.Prepare = time.Since(start)
 			} else {
 				start := time.Now()
-				p, err := m.Prepare(ctx, s)
+				p, err := s.Prepare(ctx)
 				c.Prepare = time.Since(start)
 				if err != nil {
 					if ctx.Err() != nil {
@@ -627,7 +627,7 @@ func (r *runner) replay(ctx context.Context, d *trajData, strategy string) (Repl
 	}
 	if lc != nil {
 		// What the next call would send: every message appended is in it or recoverable.
-		if p, err := m.Prepare(ctx, s); err == nil {
+		if p, err := s.Prepare(ctx); err == nil {
 			view := mapView(d, p.Request.Messages, nil, p.Report.Evicted, p.Report.Pinned, len(t.Messages))
 			if err := lc.check(ctx, p.Request.Messages, view, p.Report.Evicted, len(t.Messages)); err != nil {
 				return run, err
@@ -933,7 +933,7 @@ func (lc *lostCheck) check(ctx context.Context, msgs []chat.Message, v view, evi
 			continue
 		}
 		if offloads == nil {
-			offloads = lc.m.Stats(lc.s).Offloads
+			offloads = lc.s.Stats().Offloads
 		}
 		text := searchText(&msgs[k])
 		var ref *store.Offloaded

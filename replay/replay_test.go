@@ -304,7 +304,7 @@ func TestLostCheck(t *testing.T) {
 	if err := s.Append(context.Background(), tr.Messages[:n]...); err != nil {
 		t.Fatal(err)
 	}
-	p, err := m.Prepare(context.Background(), s)
+	p, err := s.Prepare(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -152,7 +152,7 @@ func showSession(ctx context.Context, cmd *cobra.Command, st store.Store, id, pr
 	if cfg.Counter == nil {
 		counterName = m.Config().Counter.Name()
 	}
-	return &showOutput{Stats: m.Stats(s), Preset: preset, Counter: counterName, ConfigFrom: from}, nil
+	return &showOutput{Stats: s.Stats(), Preset: preset, Counter: counterName, ConfigFrom: from}, nil
 }
 
 // readSnapshot returns the session's recorded configuration, if the store keeps one.

@@ -119,7 +119,7 @@ func BenchLoadPrepare(b *testing.B, st store.Store) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		p, err := m.Prepare(ctx, s)
+		p, err := s.Prepare(ctx)
 		if err != nil {
 			b.Fatal(err)
 		}
