@@ -41,7 +41,9 @@ type Config struct {
 	// tool results are never masked (default 10); MaskProtectTokens additionally protects the
 	// results within that many of the newest history tokens (default 0). MaskMinSaving: mask
 	// only when that frees at least this many tokens, so that the prefix changes rarely
-	// (default 5% of the window; -1: no minimum). MaskKeep -1 disables masking.
+	// (default 5% of the window; -1: no minimum). MaskKeep -1 disables masking; MaskKeep 0
+	// means the default 10 unless MaskProtectTokens is set, when the newest tokens alone
+	// protect (BaseAgent's rule).
 	MaskKeep          int
 	MaskProtectTokens int
 	MaskMinSaving     int
@@ -176,8 +178,8 @@ func (c Config) WithDefaults() Config {
 	if c.RequestedReadCap == 0 && c.ToolResultCap > 0 {
 		c.RequestedReadCap = min(4*c.ToolResultCap, c.Budget.Window)
 	}
-	if c.MaskKeep == 0 {
-		c.MaskKeep = 10
+	if c.MaskKeep == 0 && c.MaskProtectTokens == 0 {
+		c.MaskKeep = 10 // with MaskProtectTokens set, 0 means what it says: tokens alone protect
 	}
 	if c.MaskMinSaving == 0 {
 		c.MaskMinSaving = c.Budget.Window / 20

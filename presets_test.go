@@ -102,10 +102,12 @@ func TestPresetBaseAgent(t *testing.T) {
 	_, s, events := presetManager(t, PresetBaseAgent, 200000, 32000)
 	appendAll(t, s, chat.TextMessage(chat.RoleUser, "go"))
 	pruned := false
+	var p Prepared
 	for i := 0; i < 60 && !pruned; i++ {
 		id := fmt.Sprintf("c%d", i)
 		appendAll(t, s, call(id), chat.ToolResult(id, "bash", lines(550, "output of "+id), false)) // ~2400 tokens each
-		if _, err := s.Prepare(ctx); err != nil {
+		var err error
+		if p, err = s.Prepare(ctx); err != nil {
 			t.Fatal(err)
 		}
 		for _, e := range *events {
@@ -114,12 +116,37 @@ func TestPresetBaseAgent(t *testing.T) {
 				if e.Freed < 20000 {
 					t.Fatalf("pruned only %d tokens", e.Freed)
 				}
-				// 40000 tokens of the newest tool output stay.
 			}
 		}
 	}
 	if !pruned {
 		t.Fatal("never pruned")
+	}
+	if cfg := s.m.cfg; cfg.MaskKeep != 0 || cfg.MaskProtectTokens != 40000 {
+		t.Fatalf("baseagent masks with MaskKeep %d, MaskProtectTokens %d; its rule is tokens alone (0, 40000)", cfg.MaskKeep, cfg.MaskProtectTokens)
+	}
+	// 40000 tokens of the newest tool output stay: the unmasked results, newest first, reach
+	// 40000 tokens (by the preset's chars/4 estimate) before the first masked one, and no
+	// result wholly beyond them is kept.
+	c := s.m.cfg.Counter
+	kept, sawMasked := 0, false
+	for i := len(p.Request.Messages) - 1; i >= 0; i-- {
+		m := &p.Request.Messages[i]
+		if m.Role != chat.RoleTool {
+			continue
+		}
+		masked := strings.Contains(m.Text(), "result masked")
+		switch {
+		case masked:
+			sawMasked = true
+		case sawMasked:
+			t.Fatalf("an unmasked result older than a masked one")
+		default:
+			kept += c.Message(m)
+		}
+	}
+	if !sawMasked || kept < 40000 || kept > 40000+3000 {
+		t.Fatalf("kept %d tokens of the newest tool output unmasked (masked some: %v), want 40000 and at most one result more", kept, sawMasked)
 	}
 }
 
