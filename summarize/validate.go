@@ -104,13 +104,7 @@ var itemErrors = []string{
 // an error text instead of content: "I'm sorry, I can't help with that." as an item.
 func checkSections(t string) error {
 	seen := false
-	for len(t) > 0 {
-		line := t
-		if i := strings.IndexByte(t, '\n'); i >= 0 {
-			line, t = t[:i], t[i+1:]
-		} else {
-			t = ""
-		}
+	for line := range strings.Lines(t) {
 		l := strings.TrimSpace(line)
 		if strings.HasPrefix(l, "#") {
 			seen = true
@@ -179,13 +173,7 @@ func preamble(t string) string {
 // trailing colon or bold markers).
 func hasHeading(t, h string) bool {
 	want := strings.ToLower(strings.TrimSpace(strings.TrimLeft(h, "#")))
-	for len(t) > 0 {
-		line := t
-		if i := strings.IndexByte(t, '\n'); i >= 0 {
-			line, t = t[:i], t[i+1:]
-		} else {
-			t = ""
-		}
+	for line := range strings.Lines(t) {
 		l := strings.TrimSpace(line)
 		if !strings.HasPrefix(l, "##") || strings.HasPrefix(l, "###") {
 			continue
