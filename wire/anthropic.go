@@ -19,16 +19,9 @@ func DecodeAnthropic(body []byte) (*chat.Request, error) {
 // decodeAnthropic decodes a body; counts, when not nil, receives after each wire message the
 // number of neutral messages decoded so far (for Layout).
 func decodeAnthropic(body []byte, counts *[]int) (*chat.Request, error) {
-	body = bytes.TrimSpace(body)
-	if len(body) == 0 {
-		return nil, malformed(-1, "", fmt.Errorf("empty body"))
-	}
-	if err := valid(body); err != nil {
-		return nil, malformed(-1, "", err)
-	}
-	top, err := splitObject(body)
+	top, err := topObject(body)
 	if err != nil {
-		return nil, malformed(-1, "", err)
+		return nil, err
 	}
 	r := &chat.Request{Wire: string(Anthropic)}
 	if sys, ok := top["system"]; ok {

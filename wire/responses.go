@@ -56,16 +56,9 @@ const Responses Format = "responses"
 // DecodeResponses decodes an OpenAI Responses request body. Errors are *chat.Error values;
 // Index is the position of the item in input.
 func DecodeResponses(body []byte) (*chat.Request, error) {
-	body = bytes.TrimSpace(body)
-	if len(body) == 0 {
-		return nil, malformed(-1, "", fmt.Errorf("empty body"))
-	}
-	if err := valid(body); err != nil {
-		return nil, malformed(-1, "", err)
-	}
-	top, err := splitObject(body)
+	top, err := topObject(body)
 	if err != nil {
-		return nil, malformed(-1, "", err)
+		return nil, err
 	}
 	r := &chat.Request{Wire: string(Responses)}
 	if ins, ok := top["instructions"]; ok && isString(ins) {

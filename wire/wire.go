@@ -203,6 +203,23 @@ func hex4(b []byte) (rune, bool) {
 	return v, true
 }
 
+// topObject validates a request body once and splits its top-level object (the decoders'
+// common first step); errors are located *chat.Error values.
+func topObject(body []byte) (object, error) {
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 {
+		return nil, malformed(-1, "", fmt.Errorf("empty body"))
+	}
+	if err := valid(body); err != nil {
+		return nil, malformed(-1, "", err)
+	}
+	top, err := splitObject(body)
+	if err != nil {
+		return nil, malformed(-1, "", err)
+	}
+	return top, nil
+}
+
 func splitObject(raw json.RawMessage) (object, error) {
 	var o object
 	if err := unmarshal(raw, &o); err != nil {
