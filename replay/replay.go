@@ -96,6 +96,10 @@ type Options struct {
 	// Progress, when set, receives a one-line progress bar ("\r[====>   ] 12/42"), redrawn as
 	// trajectories finish. The caller decides whether its writer is a terminal.
 	Progress io.Writer
+	// KeepRuns, when set, says which trajectories' per-call series Result.Runs keeps (the
+	// report's trajectory view needs them); the totals are folded in as each trajectory is
+	// done, so a caller that keeps none holds memory for the runs in flight only. Default: all.
+	KeepRuns func(trajectory string) bool
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -345,18 +349,57 @@ func RunStream(ctx context.Context, source func(yield func(Trajectory) error) er
 		info     TrajectoryInfo
 		recorded RecordedUsage
 		runs     []Replay
+		ok       bool
 	}
+	// Trajectories are folded into the totals in input order as they are done (an earlier
+	// one still running holds the later ones back), so that the result does not depend on
+	// which worker finished first; only the runs KeepRuns asks for are kept.
 	var (
 		mu      sync.Mutex
-		results []done
+		pending []done // indexed from next
+		next    int
+		res     = &Result{Window: opts.Window, MaxOutput: opts.MaxOutput, Profile: prof.Name, Prices: prof}
+		all     = newTotals(opts)
+		bySet   = map[string]totals{}
+		setRec  = map[string]*RecordedUsage{}
+		setInfo = map[string]*SetResult{}
 	)
+	fold := func(d done) {
+		res.Trajectories++
+		res.Calls += d.info.Calls
+		res.Trajs = append(res.Trajs, d.info)
+		all.add(d.runs)
+		set := d.info.Set
+		if bySet[set] == nil {
+			bySet[set], setRec[set], setInfo[set] = newTotals(opts), &RecordedUsage{}, &SetResult{Name: set}
+		}
+		bySet[set].add(d.runs)
+		sr := setInfo[set]
+		sr.Trajectories++
+		sr.Calls += d.info.Calls
+		rec := setRec[set]
+		rec.Calls += d.recorded.Calls
+		rec.InputTokens += d.recorded.InputTokens
+		rec.CachedTokens += d.recorded.CachedTokens
+		rec.OutputTokens += d.recorded.OutputTokens
+		if opts.KeepRuns == nil || opts.KeepRuns(d.info.Name) {
+			res.Runs = append(res.Runs, d.runs...)
+		}
+	}
 	put := func(i int, d done) {
 		mu.Lock()
 		defer mu.Unlock()
-		for len(results) <= i {
-			results = append(results, done{})
+		for len(pending) <= i-next {
+			pending = append(pending, done{})
 		}
-		results[i] = d
+		d.ok = true
+		pending[i-next] = d
+		for len(pending) > 0 && pending[0].ok {
+			fold(pending[0])
+			pending[0] = done{}
+			pending = pending[1:]
+			next++
+		}
 	}
 	bar := newProgress(opts.Progress, total)
 	r := &runner{opts: opts}
@@ -411,94 +454,84 @@ func RunStream(ctx context.Context, source func(yield func(Trajectory) error) er
 		return nil, serr
 	}
 
-	res := &Result{Window: opts.Window, MaxOutput: opts.MaxOutput, Profile: prof.Name, Prices: prof, Trajectories: len(results)}
-	for _, d := range results {
-		res.Calls += d.info.Calls
-		res.Trajs = append(res.Trajs, d.info)
-		res.Runs = append(res.Runs, d.runs...)
-	}
-	res.Strategies = aggregate(res.Runs, opts, prof, func(int) bool { return true })
-	var sets []string
-	for _, d := range results {
-		if !slices.Contains(sets, d.info.Set) {
-			sets = append(sets, d.info.Set)
-		}
+	res.Strategies = all.finish(opts, prof)
+	sets := make([]string, 0, len(bySet))
+	for set := range bySet {
+		sets = append(sets, set)
 	}
 	sort.Strings(sets)
 	for _, set := range sets {
-		sr := SetResult{Name: set}
-		var rec RecordedUsage
-		for _, d := range results {
-			if d.info.Set != set {
-				continue
-			}
-			sr.Trajectories++
-			sr.Calls += d.info.Calls
-			rec.Calls += d.recorded.Calls
-			rec.InputTokens += d.recorded.InputTokens
-			rec.CachedTokens += d.recorded.CachedTokens
-			rec.OutputTokens += d.recorded.OutputTokens
+		sr := setInfo[set]
+		if setRec[set].Calls > 0 {
+			sr.Recorded = setRec[set]
 		}
-		if rec.Calls > 0 {
-			sr.Recorded = &rec
-		}
-		sr.Strategies = aggregate(res.Runs, opts, prof, func(ti int) bool { return results[ti].info.Set == set })
-		res.Sets = append(res.Sets, sr)
+		sr.Strategies = bySet[set].finish(opts, prof)
+		res.Sets = append(res.Sets, *sr)
 	}
 	res.ElapsedMS = float64(time.Since(started).Microseconds()) / 1000
 	return res, nil
 }
 
-// aggregate totals the runs of the trajectories that keep selects, per strategy.
-func aggregate(runs []Replay, opts Options, prof Profile, keep func(traj int) bool) []Totals {
-	ns := len(opts.Strategies)
-	out := make([]Totals, ns)
+// totals accumulates the runs of one scope (every trajectory, or one set), per strategy, as
+// trajectories are done; finish computes the figures.
+type totals []Totals
+
+func newTotals(opts Options) totals {
+	t := make(totals, len(opts.Strategies))
 	for si, name := range opts.Strategies {
-		t := &out[si]
-		t.Name = name
-		for j := si; j < len(runs); j += ns {
-			if !keep(j / ns) {
-				continue
+		t[si].Name = name
+	}
+	return t
+}
+
+// add folds the runs of one trajectory (one per strategy, in opts.Strategies' order).
+func (tt totals) add(runs []Replay) {
+	for si := range runs {
+		t, run := &tt[si], &runs[si]
+		t.Lost += len(run.Lost)
+		for k := range run.Calls {
+			c := &run.Calls[k]
+			t.Calls++
+			t.InputTokens += int64(c.Input)
+			t.CachedTokens += int64(c.Cached)
+			t.SummaryInputTokens += int64(c.SummaryInput)
+			t.SummaryOutputTokens += int64(c.SummaryOutput)
+			t.PeakTokens = max(t.PeakTokens, c.Input)
+			t.Compactions += c.Compactions
+			t.ReferenceTerms += int64(c.Terms)
+			t.RecalledTerms += int64(c.Recalled)
+			t.RecoverableTerms += int64(c.Recoverable)
+			t.ReadBackTokens += int64(c.ReadBack)
+			t.durations = append(t.durations, c.Prepare)
+			if c.Overflow {
+				t.Overflows++
 			}
-			run := &runs[j]
-			t.Lost += len(run.Lost)
-			for k := range run.Calls {
-				c := &run.Calls[k]
-				t.Calls++
-				t.InputTokens += int64(c.Input)
-				t.CachedTokens += int64(c.Cached)
-				t.SummaryInputTokens += int64(c.SummaryInput)
-				t.SummaryOutputTokens += int64(c.SummaryOutput)
-				t.PeakTokens = max(t.PeakTokens, c.Input)
-				t.Compactions += c.Compactions
-				t.ReferenceTerms += int64(c.Terms)
-				t.RecalledTerms += int64(c.Recalled)
-				t.RecoverableTerms += int64(c.Recoverable)
-				t.ReadBackTokens += int64(c.ReadBack)
-				t.durations = append(t.durations, c.Prepare)
-				if c.Overflow {
-					t.Overflows++
+			if c.Invalid {
+				t.Invalid++
+			}
+			if c.PrefixChanged {
+				t.PrefixChanges++
+			}
+			if c.Error != "" {
+				if t.Errors == nil {
+					t.Errors = map[string]int{}
 				}
-				if c.Invalid {
-					t.Invalid++
+				t.Errors[c.Error]++
+			}
+			for _, s := range c.Steps {
+				if t.Events == nil {
+					t.Events = map[string]int{}
 				}
-				if c.PrefixChanged {
-					t.PrefixChanges++
-				}
-				if c.Error != "" {
-					if t.Errors == nil {
-						t.Errors = map[string]int{}
-					}
-					t.Errors[c.Error]++
-				}
-				for _, s := range c.Steps {
-					if t.Events == nil {
-						t.Events = map[string]int{}
-					}
-					t.Events[s]++
-				}
+				t.Events[s]++
 			}
 		}
+	}
+}
+
+// finish computes costs, recall and percentiles.
+func (tt totals) finish(opts Options, prof Profile) []Totals {
+	for si := range tt {
+		t := &tt[si]
 		t.Cost = prof.Cost(t.InputTokens, t.CachedTokens, t.SummaryInputTokens, t.SummaryOutputTokens)
 		t.Recall, t.RecoverableRecall = 1, 1
 		if t.ReferenceTerms > 0 {
@@ -514,12 +547,12 @@ func aggregate(runs []Replay, opts Options, prof Profile, keep func(traj int) bo
 		t.PrepareP99US = percentile(t.durations, 0.99)
 		t.durations = nil
 	}
-	if i := slices.Index(opts.Strategies, StrategyRaw); i >= 0 && out[i].Cost > 0 {
-		for k := range out {
-			out[k].CostVsRaw = out[k].Cost / out[i].Cost
+	if i := slices.Index(opts.Strategies, StrategyRaw); i >= 0 && tt[i].Cost > 0 {
+		for k := range tt {
+			tt[k].CostVsRaw = tt[k].Cost / tt[i].Cost
 		}
 	}
-	return out
+	return tt
 }
 
 // percentile returns the nearest-rank percentile of sorted durations, in µs.

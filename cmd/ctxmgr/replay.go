@@ -176,23 +176,32 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 		}
 		args = []string{defaultTrajectories}
 	}
-	// The trajectories are read and replayed one file at a time (replay.RunStream): memory is
-	// bounded by the workers times the largest trajectory, not by the input. A first pass
-	// that keeps only names checks --report-trajectory before anything runs.
-	if o.report != "" && o.reportTrajectory != "" {
+	// The trajectories are read and replayed one file at a time (replay.RunStream), and only
+	// the per-call series of the trajectory the report charts are kept: memory is bounded by
+	// the workers times the largest trajectory, not by the input. With --report, a first pass
+	// that keeps only names and call counts checks --report-trajectory before anything runs,
+	// or picks the trajectory with the most calls (the report's own default).
+	charted := ""
+	if o.report != "" {
 		var first string
-		found := false
+		found, best := false, -1
 		if _, err := replay.LoadEach(args, o.format, func(t replay.Trajectory) error {
 			if first == "" {
 				first = t.Name
 			}
 			found = found || t.Name == o.reportTrajectory
+			if n := t.Calls(); n > best {
+				best, charted = n, t.Name
+			}
 			return nil
 		}); err != nil {
 			return err
 		}
-		if !found {
-			return usageErrorf("--report-trajectory %q: no such trajectory (names look like %q)", o.reportTrajectory, first)
+		if o.reportTrajectory != "" {
+			if !found {
+				return usageErrorf("--report-trajectory %q: no such trajectory (names look like %q)", o.reportTrajectory, first)
+			}
+			charted = o.reportTrajectory
 		}
 	}
 	var skipped []replay.Skipped
@@ -204,6 +213,7 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 	opts := replay.Options{
 		Window: o.window, MaxOutput: o.maxOutput, Strategies: strategies, Profile: o.profile,
 		Workers: o.workers, Summarizer: sum, Counter: counter,
+		KeepRuns: func(name string) bool { return name == charted && charted != "" },
 	}
 	if !o.quiet && isTerminal(stderr) {
 		opts.Progress = stderr
@@ -236,7 +246,7 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 		}
 	}
 	if o.report != "" {
-		path, err := res.WriteReportDir(o.report, o.reportTrajectory)
+		path, err := res.WriteReportDir(o.report, charted)
 		if err != nil {
 			return err
 		}
