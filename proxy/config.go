@@ -16,18 +16,20 @@ import (
 	ctxmgr "github.com/ctxmgr/ctxmgr"
 	"github.com/ctxmgr/ctxmgr/store"
 	"github.com/ctxmgr/ctxmgr/summarize"
+	"github.com/ctxmgr/ctxmgr/wire"
 )
 
-// Format names the API format of an endpoint.
-type Format string
+// Format names the API format of an endpoint: the wire format of its bodies (package wire
+// owns the formats; this is the same type).
+type Format = wire.Format
 
 // Formats.
 const (
-	FormatOpenAI    Format = "openai"
-	FormatAnthropic Format = "anthropic"
+	FormatOpenAI    = wire.OpenAI
+	FormatAnthropic = wire.Anthropic
 	// FormatResponses is the OpenAI Responses API (POST /v1/responses). Its requests go to
 	// the OpenAI upstream, and routes of format "openai" apply to it.
-	FormatResponses Format = "responses"
+	FormatResponses = wire.Responses
 )
 
 // Route sends the requests of one format whose model starts with ModelPrefix to URL. The

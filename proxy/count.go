@@ -35,7 +35,7 @@ func (s *Server) handleCountTokens(f Format) http.HandlerFunc {
 			writeError(w, f, http.StatusRequestEntityTooLarge, "request_too_large", "reading the request body: "+err.Error())
 			return
 		}
-		dec, err := wire.Decode(wire.Format(f), body)
+		dec, err := wire.Decode(f, body)
 		if err == nil && providerState(f, dec) == "" {
 			if n, id, ok := s.managedCount(r.Context(), f, r.Header.Get(SessionHeader), dec); ok {
 				w.Header().Set("Content-Type", "application/json")

@@ -59,7 +59,7 @@ func bodyHead(body []byte) [16]byte {
 // cache: it must not be modified (replace fields of a copy instead).
 func (c *decodeCache) decode(f Format, body []byte) (*chat.Request, []nhash, error) {
 	if c == nil || c.limit <= 0 {
-		req, err := wire.Decode(wire.Format(f), body)
+		req, err := wire.Decode(f, body)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -71,9 +71,9 @@ func (c *decodeCache) decode(f Format, body []byte) (*chat.Request, []nhash, err
 	var req *chat.Request
 	var err error
 	if prev != nil {
-		req, lay, err = wire.DecodeNext(wire.Format(f), body, prev.lay)
+		req, lay, err = wire.DecodeNext(f, body, prev.lay)
 	} else {
-		req, lay, err = wire.DecodeLayout(wire.Format(f), body)
+		req, lay, err = wire.DecodeLayout(f, body)
 	}
 	if err != nil {
 		return nil, nil, err

@@ -639,7 +639,7 @@ type encoded struct {
 
 func (x *exchange) encodeBody(out *chat.Request) ([]byte, error) {
 	if x.format != FormatOpenAI || x.ps == nil {
-		return wire.Encode(wire.Format(x.format), out)
+		return wire.Encode(x.format, out)
 	}
 	var reuse [][]byte
 	if prev := x.ps.enc.Load(); prev != nil && len(prev.msgs) > 0 && len(out.Messages) > 0 && &prev.msgs[0] == &out.Messages[0] {
