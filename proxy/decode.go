@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"crypto/sha256"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ctxmgr/ctxmgr/chat"
 	"github.com/ctxmgr/ctxmgr/wire"
@@ -32,6 +33,9 @@ type decoded struct {
 	hashes []nhash // of lay.Request().Messages
 	elem   *list.Element
 	used   uint64 // tick of the last lookup or store
+	// extended: a later body continued every message of this one, and appended its hashes
+	// to the array of hashes in place (see wire.Layout; only one continuation may).
+	extended atomic.Bool
 }
 
 type decodeCache struct {
@@ -82,8 +86,12 @@ func (c *decodeCache) decode(f Format, body []byte) (*chat.Request, []nhash, err
 	var hashes []nhash
 	if prev != nil && lay != nil && lay.Reused() > 0 {
 		n := lay.Reused()
-		hashes = make([]nhash, n, len(req.Messages))
-		copy(hashes, prev.hashes[:n])
+		if n == len(prev.hashes) && prev.extended.CompareAndSwap(false, true) {
+			hashes = prev.hashes
+		} else {
+			hashes = make([]nhash, n, len(req.Messages))
+			copy(hashes, prev.hashes[:n])
+		}
 		for i := n; i < len(req.Messages); i++ {
 			hashes = append(hashes, normHash(&req.Messages[i]))
 		}
@@ -101,10 +109,14 @@ func (c *decodeCache) lookup(head [16]byte, body []byte) *decoded {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var best *decoded
-	bestN := -1
-	for _, d := range c.byHead[head] {
-		if n := sharedPrefix(d.lay.Body(), body); n > bestN {
-			best, bestN = d, n
+	if list := c.byHead[head]; len(list) == 1 {
+		best = list[0] // DecodeNext compares the bodies itself
+	} else {
+		bestN := -1
+		for _, d := range list {
+			if n := sharedPrefix(d.lay.Body(), body); n > bestN {
+				best, bestN = d, n
+			}
 		}
 	}
 	if best != nil {

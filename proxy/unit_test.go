@@ -231,3 +231,30 @@ func TestSessionKeySources(t *testing.T) {
 		}
 	}
 }
+
+// TestReadBody: a declared length sizes the buffer, a body cut short of it is an error (not a
+// shorter body), and the limit holds with or without a declared length.
+func TestReadBody(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		body     string
+		declared int64
+		limit    int64
+		want     string
+		err      bool
+	}{
+		{"exact", `{"a":1}`, 7, 100, `{"a":1}`, false},
+		{"undeclared", `{"a":1}`, -1, 100, `{"a":1}`, false},
+		{"cut short", `{"a"`, 7, 100, "", true},
+		{"longer than declared", `{"a":1}`, 3, 100, `{"a":1}`, false},
+		{"over the limit, declared", `{"a":1}`, 7, 5, "", true},
+		{"over the limit, undeclared", `{"a":1}`, -1, 5, "", true},
+	} {
+		r := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(c.body))
+		r.ContentLength = c.declared
+		got, err := readBody(httptest.NewRecorder(), r, c.limit)
+		if (err != nil) != c.err || err == nil && string(got) != c.want {
+			t.Errorf("%s: got %q, %v", c.name, got, err)
+		}
+	}
+}

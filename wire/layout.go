@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"sort"
+	"sync/atomic"
 
 	"github.com/ctxmgr/ctxmgr/chat"
 )
@@ -35,6 +36,11 @@ type Layout struct {
 	// reused is how many of req.Messages were taken from the layout this one was decoded
 	// from (DecodeNext), 0 for a whole decode.
 	reused int
+	// extended is set by the one DecodeNext that continues this layout's request exactly
+	// (every message kept, new ones after): that call appends to the arrays of req.Messages,
+	// ends and count in place (nothing reads past their lengths), so a growing conversation
+	// costs what its new messages cost; any other continuation copies.
+	extended atomic.Bool
 }
 
 // Reused returns how many leading messages of the request were taken as they were from the
@@ -200,10 +206,15 @@ func decodeNext(f Format, body []byte, prev *Layout) (*chat.Request, *Layout, bo
 		}
 	}
 	out := *prev.req
-	msgs := make([]chat.Message, kept-nsys, kept-nsys+len(raws)+1)
-	copy(msgs, prev.req.Messages[:kept-nsys])
-	l := &Layout{format: f, body: body, req: &out, open: prev.open, close: closeAt, reused: kept - nsys,
-		ends: append(prev.ends[:k:k], ends...), count: append(prev.count[:k:k], make([]int, 0, len(raws))...)}
+	var msgs []chat.Message
+	l := &Layout{format: f, body: body, req: &out, open: prev.open, close: closeAt, reused: kept - nsys}
+	if k == len(prev.ends) && kept-nsys == len(prev.req.Messages) && prev.extended.CompareAndSwap(false, true) {
+		msgs, l.ends, l.count = prev.req.Messages, append(prev.ends, ends...), prev.count
+	} else {
+		msgs = make([]chat.Message, kept-nsys, kept-nsys+len(raws)+1)
+		copy(msgs, prev.req.Messages[:kept-nsys])
+		l.ends, l.count = append(prev.ends[:k:k], ends...), append(prev.count[:k:k], make([]int, 0, len(raws))...)
+	}
 	var names map[string]string
 	if f == Anthropic {
 		names = map[string]string{}

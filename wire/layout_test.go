@@ -211,3 +211,45 @@ func TestEncodeOpenAIReusing(t *testing.T) {
 		t.Fatalf("reusing encodings changed the body or did not reuse:\n%s\n%s", got, want)
 	}
 }
+
+// TestDecodeNextExtendsInPlaceOnce: the first DecodeNext that continues a layout appends to
+// its arrays in place; a second continuation of the same layout (a branch: the agent went
+// back) must copy, so that neither request sees the other's messages.
+func TestDecodeNextExtendsInPlaceOnce(t *testing.T) {
+	const pre, suf = `{"model":"m","messages":`, `}`
+	a, b := `{"role":"user","content":"a"}`, `{"role":"assistant","content":"b"}`
+	c, d := `{"role":"user","content":"c"}`, `{"role":"user","content":"d"}`
+	_, l0, err := DecodeLayout(OpenAI, []byte(pre+"["+a+","+b+"]"+suf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1, l1, err := DecodeNext(OpenAI, []byte(pre+"["+a+","+b+","+c+"]"+suf), l0)
+	if err != nil || l1.Reused() != 2 {
+		t.Fatalf("first continuation: %v, reused %d", err, l1.Reused())
+	}
+	r2, l2, err := DecodeNext(OpenAI, []byte(pre+"["+a+","+b+","+d+"]"+suf), l0)
+	if err != nil || l2.Reused() != 2 {
+		t.Fatalf("second continuation: %v, reused %d", err, l2.Reused())
+	}
+	if got := r1.Messages[2].Text(); got != "c" {
+		t.Fatalf("the first continuation's new message became %q", got)
+	}
+	if got := r2.Messages[2].Text(); got != "d" {
+		t.Fatalf("the second continuation's new message is %q", got)
+	}
+	if len(l0.Request().Messages) != 2 || len(l0.ends) != 2 || len(l0.count) != 2 {
+		t.Fatalf("the continued layout changed: %d messages", len(l0.Request().Messages))
+	}
+	// Each continues again from its own layout, in place or not, and stays what Decode says.
+	for _, x := range []struct {
+		lay  *Layout
+		last string
+	}{{l1, c}, {l2, d}} {
+		body := pre + "[" + a + "," + b + "," + x.last + `,{"role":"assistant","content":"e"}]` + suf
+		want, _ := Decode(OpenAI, []byte(body))
+		got, _, err := DecodeNext(OpenAI, []byte(body), x.lay)
+		if err != nil || !reflect.DeepEqual(want, got) {
+			t.Fatalf("continuing %s: %v", x.last, err)
+		}
+	}
+}

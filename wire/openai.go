@@ -378,7 +378,7 @@ func EncodeOpenAIReusing(r *chat.Request, reuse [][]byte) ([]byte, [][]byte, err
 		encoded[i] = b
 		msgs = append(msgs, b)
 	}
-	top["messages"] = joinArray(msgs)
+	delete(top, "messages")
 	if len(r.Tools) > 0 {
 		tools := make([]json.RawMessage, 0, len(r.Tools))
 		for _, t := range r.Tools {
@@ -392,7 +392,7 @@ func EncodeOpenAIReusing(r *chat.Request, reuse [][]byte) ([]byte, [][]byte, err
 		}
 		top["tools"] = joinArray(tools)
 	}
-	body, err := marshalObject(top, "model", "messages")
+	body, err := marshalWith(top, "messages", msgs, "model", "messages")
 	return body, encoded, err
 }
 

@@ -347,7 +347,25 @@ func writeKey(buf *bytes.Buffer, k string) {
 // (role before content reads better and some servers sniff the first bytes). Values must be
 // valid JSON (see withExtras); they are written as they are.
 func marshalObject(o object, first ...string) ([]byte, error) {
+	return marshalWith(o, "", nil, first...)
+}
+
+// marshalWith is marshalObject with one more field, key (when not ""), whose value is the
+// JSON array of elems, written in place: a request body's messages are joined once, into the
+// body, not first into an array of their own. The body is allocated once, at its size.
+func marshalWith(o object, key string, elems []json.RawMessage, first ...string) ([]byte, error) {
+	size := 2
+	for k, v := range o {
+		size += len(k) + len(v) + 4
+	}
+	if key != "" {
+		size += len(key) + 6
+		for _, e := range elems {
+			size += max(len(e), 4) + 1
+		}
+	}
 	var buf bytes.Buffer
+	buf.Grow(size)
 	buf.WriteByte('{')
 	n := 0
 	write := func(k string, v json.RawMessage) error {
@@ -357,6 +375,20 @@ func marshalObject(o object, first ...string) ([]byte, error) {
 		n++
 		writeKey(&buf, k)
 		buf.WriteByte(':')
+		if k == key && key != "" {
+			buf.WriteByte('[')
+			for i, e := range elems {
+				if i > 0 {
+					buf.WriteByte(',')
+				}
+				if len(e) == 0 {
+					e = json.RawMessage("null") // as encoding/json writes a nil RawMessage
+				}
+				buf.Write(e)
+			}
+			buf.WriteByte(']')
+			return nil
+		}
 		if len(v) == 0 {
 			return fmt.Errorf("field %q has no value", k)
 		}
@@ -365,18 +397,21 @@ func marshalObject(o object, first ...string) ([]byte, error) {
 	}
 	done := make(map[string]bool, len(first))
 	for _, k := range first {
-		if v, ok := o[k]; ok {
+		if v, ok := o[k]; ok || (k == key && key != "") {
 			if err := write(k, v); err != nil {
 				return nil, err
 			}
 			done[k] = true
 		}
 	}
-	keys := make([]string, 0, len(o))
+	keys := make([]string, 0, len(o)+1)
 	for k := range o {
-		if !done[k] {
+		if !done[k] && k != key {
 			keys = append(keys, k)
 		}
+	}
+	if key != "" && !done[key] {
+		keys = append(keys, key)
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
