@@ -4,7 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
-	"hash"
+	"io"
 	"maps"
 	"slices"
 	"unsafe"
@@ -21,7 +21,23 @@ type Hash [32]byte
 // Raw JSON values are hashed as bytes, so two spellings of the same JSON hash differently,
 // which only costs a cache miss.
 func (m *Message) Hash() Hash {
-	w := hashWriter{h: sha256.New()}
+	h := sha256.New()
+	w := hashWriter{h: h}
+	m.writeFields(&w)
+	var out Hash
+	h.Sum(out[:0])
+	return out
+}
+
+// HashTo writes every field of the message to h as Hash does (tagged, length-prefixed, map
+// entries in key order), for a caller that wants another hash function: a fast
+// non-cryptographic one to recognize messages it has already processed, say.
+func (m *Message) HashTo(h io.Writer) {
+	w := hashWriter{h: h}
+	m.writeFields(&w)
+}
+
+func (m *Message) writeFields(w *hashWriter) {
 	w.str('R', string(m.Role))
 	w.str('N', m.Name)
 	w.num('C', len(m.Content))
@@ -62,22 +78,26 @@ func (m *Message) Hash() Hash {
 	w.str('T', m.ToolCallID)
 	w.flag('E', m.IsError)
 	w.num('M', len(m.Meta))
-	for _, k := range slices.Sorted(maps.Keys(m.Meta)) {
-		w.str('k', k)
-		w.str('v', m.Meta[k])
+	if len(m.Meta) == 1 { // the common case, without sorting (which allocates)
+		for k, v := range m.Meta {
+			w.str('k', k)
+			w.str('v', v)
+		}
+	} else {
+		for _, k := range slices.Sorted(maps.Keys(m.Meta)) {
+			w.str('k', k)
+			w.str('v', m.Meta[k])
+		}
 	}
 	w.str('W', m.Wire)
 	w.str('w', m.WireRole)
 	w.num('S', int(m.Shape))
 	w.flag('J', m.JoinPrev)
 	w.extra(m.Extra)
-	var out Hash
-	w.h.Sum(out[:0])
-	return out
 }
 
 type hashWriter struct {
-	h   hash.Hash
+	h   io.Writer
 	buf [9]byte
 }
 
@@ -109,6 +129,13 @@ func (w *hashWriter) raw(tag byte, b []byte) {
 
 func (w *hashWriter) extra(m map[string]json.RawMessage) {
 	w.num('X', len(m))
+	if len(m) == 1 {
+		for k, v := range m {
+			w.str('k', k)
+			w.raw('v', v)
+		}
+		return
+	}
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		w.str('k', k)
 		w.raw('v', m[k])

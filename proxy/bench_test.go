@@ -23,9 +23,14 @@ import (
 // instantUpstream answers every chat request at once with a fixed small completion.
 func instantUpstream() *httptest.Server {
 	const answer = `{"id":"chatcmpl-bench","object":"chat.completion","created":1,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":1,"total_tokens":11}}`
+	const anthropicAnswer = `{"id":"msg_bench","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","usage":{"input_tokens":10,"output_tokens":1}}`
 	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/json")
+		if strings.HasSuffix(r.URL.Path, "/messages") {
+			_, _ = io.WriteString(w, anthropicAnswer)
+			return
+		}
 		_, _ = io.WriteString(w, answer)
 	}))
 }
@@ -59,6 +64,34 @@ func newBenchConversation(target int) *benchConversation {
 	return c
 }
 
+// anthropicBody is body in Anthropic's format, as Claude Code sends it: the system prompt
+// and the newest user message carry cache_control breakpoints (so the newest message's
+// breakpoint moves on every request).
+func (c *benchConversation) anthropicBody(step int) []byte {
+	c.msgs = append(c.msgs, map[string]any{"role": "user", "content": fmt.Sprintf("Now check step %d again.", step)})
+	var msgs []map[string]any
+	for _, m := range c.msgs[1:] {
+		switch {
+		case m["role"] == "tool":
+			msgs = append(msgs, map[string]any{"role": "user", "content": []any{map[string]any{"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": m["content"]}}})
+		case m["tool_calls"] != nil:
+			call := m["tool_calls"].([]any)[0].(map[string]any)
+			fn := call["function"].(map[string]any)
+			msgs = append(msgs, map[string]any{"role": "assistant", "content": []any{map[string]any{"type": "tool_use", "id": call["id"], "name": fn["name"], "input": json.RawMessage(fn["arguments"].(string))}}})
+		default:
+			msgs = append(msgs, map[string]any{"role": m["role"], "content": m["content"]})
+		}
+	}
+	last := msgs[len(msgs)-1]
+	last["content"] = []any{map[string]any{"type": "text", "text": last["content"], "cache_control": map[string]any{"type": "ephemeral"}}}
+	b, _ := json.Marshal(map[string]any{"model": "claude-sonnet-4-5", "max_tokens": 4096,
+		"system":   []any{map[string]any{"type": "text", "text": c.msgs[0]["content"], "cache_control": map[string]any{"type": "ephemeral"}}},
+		"messages": msgs,
+		"tools":    []any{map[string]any{"name": "grep", "input_schema": map[string]any{"type": "object"}}}})
+	c.msgs = append(c.msgs, map[string]any{"role": "assistant", "content": "ok"})
+	return b
+}
+
 // next appends a user message and returns the request body (the client's whole history).
 func (c *benchConversation) body(step int) []byte {
 	c.msgs = append(c.msgs, map[string]any{"role": "user", "content": fmt.Sprintf("Now check step %d again.", step)})
@@ -69,7 +102,11 @@ func (c *benchConversation) body(step int) []byte {
 }
 
 func post(b testing.TB, client *http.Client, url, session string, body []byte) time.Duration {
-	req, _ := http.NewRequest("POST", url+"/v1/chat/completions", bytes.NewReader(body))
+	path := "/v1/chat/completions"
+	if bytes.HasPrefix(body, []byte(`{"max_tokens"`)) {
+		path = "/v1/messages" // an anthropicBody (json.Marshal sorts the keys)
+	}
+	req, _ := http.NewRequest("POST", url+path, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer sk-bench")
 	if session != "" {
@@ -111,7 +148,7 @@ func BenchmarkProxyOverhead(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		srv, err := New(Config{UpstreamOpenAI: up.URL, Store: st, Window: window, Logger: quietLogger()})
+		srv, err := New(Config{UpstreamOpenAI: up.URL, UpstreamAnthropic: up.URL, Store: st, Window: window, Logger: quietLogger()})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -126,24 +163,31 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	cases := []struct {
 		name         string
 		size, window int
+		anthropic    bool
 	}{
-		{"latency-10K", 10000, 200000},
-		{"latency-100K", 100000, 200000},
+		{"latency-10K", 10000, 200000, false},
+		{"latency-100K", 100000, 200000, false},
 		// A history larger than the window: compacted, so every request is re-encoded with
 		// the summary (the steady state of a long session).
-		{"latency-100K-compacted", 100000, 64000},
+		{"latency-100K-compacted", 100000, 64000, false},
+		// Claude Code's format, with its moving cache_control breakpoint.
+		{"latency-100K-anthropic", 100000, 200000, true},
 	}
 	for _, c := range cases {
 		size := c.size
 		b.Run(c.name, func(b *testing.B) {
 			px := newProxy(b, c.window)
 			conv := newBenchConversation(size)
-			post(b, client, px.URL, "bench", conv.body(-1)) // the session's first request
+			next := conv.body
+			if c.anthropic {
+				next = conv.anthropicBody
+			}
+			post(b, client, px.URL, "bench", next(-1)) // the session's first request
 			added := make([]time.Duration, 0, b.N)
 			anchor := make([]time.Duration, 0, b.N)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				body := conv.body(i)
+				body := next(i)
 				direct := post(b, client, up.URL, "", body)
 				through := post(b, client, px.URL, "bench", body)
 				plain := post(b, client, rp.URL, "", body)

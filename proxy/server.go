@@ -657,6 +657,9 @@ type encoded struct {
 }
 
 func (x *exchange) encodeBody(out *chat.Request) ([]byte, error) {
+	if x.format == FormatAnthropic && x.ps != nil {
+		return wire.EncodeAnthropicCached(out, x.ps.blocks)
+	}
 	if x.format != FormatOpenAI || x.ps == nil {
 		return wire.Encode(x.format, out)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/ctxmgr/ctxmgr/chat"
 	"github.com/ctxmgr/ctxmgr/store"
 	"github.com/ctxmgr/ctxmgr/tokens"
+	"github.com/ctxmgr/ctxmgr/wire"
 )
 
 // managerKey identifies one Manager configuration: the window, the reply reserve and the
@@ -228,8 +229,10 @@ type psession struct {
 	readTool bool
 	// created: the last load found no history (a new session, or a new branch).
 	created bool
-	// enc is the last body encoded for the session (server.go, encodeBody).
-	enc atomic.Pointer[encoded]
+	// enc is the last body encoded for the session (server.go, encodeBody), for OpenAI; blocks
+	// the content blocks of its messages, for Anthropic.
+	enc    atomic.Pointer[encoded]
+	blocks *wire.AnthropicCache
 	// setupRef remembers the slices setupHash last hashed.
 	setupRef struct {
 		system []chat.Message
@@ -245,7 +248,7 @@ func (s *Server) acquire(id string) *psession {
 	s.sessMu.Lock()
 	ps := s.sessions[id]
 	if ps == nil {
-		ps = &psession{id: id}
+		ps = &psession{id: id, blocks: wire.NewAnthropicCache()}
 		s.sessions[id] = ps
 		ps.elem = s.lru.PushFront(ps)
 		for s.lru.Len() > s.cfg.MaxSessions {

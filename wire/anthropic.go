@@ -358,6 +358,17 @@ func decodeAnthropicTool(raw json.RawMessage) (chat.Tool, error) {
 // any later ones) go to the top-level system field; runs of tool results become tool_result
 // blocks of one user message.
 func EncodeAnthropic(r *chat.Request) ([]byte, error) {
+	return EncodeAnthropicCached(r, nil)
+}
+
+// EncodeAnthropicCached is EncodeAnthropic for a caller that encodes a growing conversation
+// again and again (a proxy, once per request): the content of each message is taken from c
+// when c encoded the same message in the previous call, so that a request costs what its new
+// and changed messages cost. A nil c encodes everything. The body is the one EncodeAnthropic
+// gives.
+func EncodeAnthropicCached(r *chat.Request, c *AnthropicCache) ([]byte, error) {
+	memo := c.begin()
+	defer c.end(memo)
 	top, err := withExtras(r.Wire, Anthropic, r.Extra)
 	if err != nil {
 		return nil, fmt.Errorf("wire: %w", err)
@@ -377,7 +388,7 @@ func EncodeAnthropic(r *chat.Request) ([]byte, error) {
 		}
 		top["system"] = b
 	}
-	msgs, err := EncodeAnthropicMessages(r.Messages)
+	msgs, err := encodeAnthropicMessages(r.Messages, memo)
 	if err != nil {
 		return nil, err
 	}
@@ -423,61 +434,77 @@ func EncodeAnthropic(r *chat.Request) ([]byte, error) {
 // EncodeAnthropicMessages encodes messages as an Anthropic messages array. System messages in
 // the middle of a history become user text (Anthropic has no such role there), marked so.
 func EncodeAnthropicMessages(msgs []chat.Message) (json.RawMessage, error) {
+	return encodeAnthropicMessages(msgs, nil)
+}
+
+func encodeAnthropicMessages(msgs []chat.Message, memo *anthropicMemo) (json.RawMessage, error) {
 	var out []json.RawMessage
 	for i := 0; i < len(msgs); {
-		m := &msgs[i]
-		role := anthropicRole(m)
-		o, err := withExtras(m.Wire, Anthropic, m.Extra)
+		j := anthropicGroupEnd(msgs, i)
+		b, err := memo.group(msgs[i:j], func() ([]byte, error) { return encodeAnthropicGroup(msgs, i, j) })
 		if err != nil {
-			return nil, fmt.Errorf("wire: message %d: %w", i, err)
-		}
-		delete(o, "block.")
-		var blocks []json.RawMessage
-		j := i
-		for ; j < len(msgs); j++ {
-			n := &msgs[j]
-			if j > i {
-				nrole := anthropicRole(n)
-				join := n.JoinPrev && n.Wire == string(Anthropic)
-				// Cross-format: consecutive tool results share one user message.
-				if !join && n.Wire != string(Anthropic) && n.Role == chat.RoleTool && msgs[j-1].Role == chat.RoleTool {
-					join = true
-				}
-				if !join || nrole != role {
-					break
-				}
-			}
-			bs, err := anthropicBlocks(n)
-			if err != nil {
-				return nil, fmt.Errorf("wire: message %d: %w", j, err)
-			}
-			blocks = append(blocks, bs...)
-		}
-		single := j == i+1 && m.Role != chat.RoleTool && len(m.ToolCalls) == 0
-		if single && m.Wire == string(Anthropic) && (m.Shape == chat.ShapeString || m.Shape == chat.ShapeNull || m.Shape == chat.ShapeAbsent) ||
-			single && m.Wire != string(Anthropic) && len(m.Content) <= 1 && allText(m.Content) && m.Role != chat.RoleSystem {
-			b, err := encodeAnthropicContent(m.Wire, m.Content, m.Shape)
-			if err != nil {
-				return nil, fmt.Errorf("wire: message %d: %w", i, err)
-			}
-			if b != nil {
-				o["content"] = b
-			}
-		} else {
-			if blocks == nil {
-				blocks = []json.RawMessage{}
-			}
-			o["content"] = joinArray(blocks)
-		}
-		_ = put(o, "role", role)
-		b, err := marshalObject(o, "role", "content")
-		if err != nil {
-			return nil, fmt.Errorf("wire: message %d: %w", i, err)
+			return nil, err
 		}
 		out = append(out, b)
 		i = j
 	}
 	return joinArray(out), nil
+}
+
+// anthropicGroupEnd returns the end of the Anthropic message that begins with msgs[i]: the
+// neutral messages after it that join it.
+func anthropicGroupEnd(msgs []chat.Message, i int) int {
+	role := anthropicRole(&msgs[i])
+	j := i + 1
+	for ; j < len(msgs); j++ {
+		n := &msgs[j]
+		join := n.JoinPrev && n.Wire == string(Anthropic)
+		// Cross-format: consecutive tool results share one user message.
+		if !join && n.Wire != string(Anthropic) && n.Role == chat.RoleTool && msgs[j-1].Role == chat.RoleTool {
+			join = true
+		}
+		if !join || anthropicRole(n) != role {
+			break
+		}
+	}
+	return j
+}
+
+// encodeAnthropicGroup encodes msgs[i:j] as one Anthropic message.
+func encodeAnthropicGroup(msgs []chat.Message, i, j int) ([]byte, error) {
+	m := &msgs[i]
+	o, err := withExtras(m.Wire, Anthropic, m.Extra)
+	if err != nil {
+		return nil, fmt.Errorf("wire: message %d: %w", i, err)
+	}
+	delete(o, "block.")
+	single := j == i+1 && m.Role != chat.RoleTool && len(m.ToolCalls) == 0
+	if single && m.Wire == string(Anthropic) && (m.Shape == chat.ShapeString || m.Shape == chat.ShapeNull || m.Shape == chat.ShapeAbsent) ||
+		single && m.Wire != string(Anthropic) && len(m.Content) <= 1 && allText(m.Content) && m.Role != chat.RoleSystem {
+		b, err := encodeAnthropicContent(m.Wire, m.Content, m.Shape)
+		if err != nil {
+			return nil, fmt.Errorf("wire: message %d: %w", i, err)
+		}
+		if b != nil {
+			o["content"] = b
+		}
+	} else {
+		blocks := []json.RawMessage{}
+		for k := i; k < j; k++ {
+			bs, err := anthropicBlocks(&msgs[k])
+			if err != nil {
+				return nil, fmt.Errorf("wire: message %d: %w", k, err)
+			}
+			blocks = append(blocks, bs...)
+		}
+		o["content"] = joinArray(blocks)
+	}
+	_ = put(o, "role", anthropicRole(m))
+	b, err := marshalObject(o, "role", "content")
+	if err != nil {
+		return nil, fmt.Errorf("wire: message %d: %w", i, err)
+	}
+	return b, nil
 }
 
 // anthropicRole is the wire role of a message: system messages inside the history keep the

@@ -80,3 +80,29 @@ func BenchmarkEncode(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkEncodeAnthropicGrowing encodes a ~100K-token conversation as Anthropic bodies, one
+// more message each time, whole (EncodeAnthropic) and with an AnthropicCache (what the proxy
+// does per request), side by side.
+func BenchmarkEncodeAnthropicGrowing(b *testing.B) {
+	req, err := DecodeOpenAI(benchBody(130))
+	if err != nil {
+		b.Fatal(err)
+	}
+	all := req.Messages
+	for _, c := range []struct {
+		name  string
+		cache *AnthropicCache
+	}{{"whole", nil}, {"cached", NewAnthropicCache()}} {
+		b.Run(c.name, func(b *testing.B) {
+			start := len(all) - 100
+			for i := 0; i < b.N; i++ {
+				r := *req
+				r.Messages = all[:start+i%100]
+				if _, err := EncodeAnthropicCached(&r, c.cache); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

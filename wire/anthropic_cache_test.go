@@ -1,0 +1,74 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/ctxmgr/ctxmgr/chat"
+)
+
+// TestEncodeAnthropicCached: with one cache across a growing conversation (and across edits,
+// moved breakpoints and a rewind), every body is byte for byte the one EncodeAnthropic gives.
+func TestEncodeAnthropicCached(t *testing.T) {
+	var convs [][]chat.Message
+	raw, err := os.ReadFile(filepath.Join(sharedData(t), "trajectories/tau-bench/gpt-4o-airline.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs []struct {
+		Traj []json.RawMessage `json:"traj"`
+	}
+	if err := json.Unmarshal(raw, &runs); err != nil {
+		t.Fatal(err)
+	}
+	for _, run := range runs[:min(len(runs), 10)] {
+		body, _ := json.Marshal(map[string]any{"model": "gpt-4o", "messages": run.Traj})
+		req, err := DecodeOpenAI(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		convs = append(convs, append(req.System, req.Messages...))
+	}
+	for _, body := range anthropicBodies {
+		req, err := DecodeAnthropic([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		convs = append(convs, req.Messages)
+	}
+	check := func(c *AnthropicCache, r *chat.Request) {
+		t.Helper()
+		want, werr := EncodeAnthropic(r)
+		got, gerr := EncodeAnthropicCached(r, c)
+		if (werr == nil) != (gerr == nil) || !bytes.Equal(want, got) {
+			t.Fatalf("cached encoding differs: %v / %v\nwant %s\ngot  %s", werr, gerr, want, got)
+		}
+	}
+	hits := 0
+	for _, msgs := range convs {
+		c := NewAnthropicCache()
+		for n := 1; n <= len(msgs); n++ {
+			r := &chat.Request{Messages: msgs[:n], Extra: map[string]json.RawMessage{"model": json.RawMessage(`"claude"`), "max_tokens": json.RawMessage(`1024`)}}
+			check(c, r)
+			hits += len(c.last)
+			// A breakpoint on the newest message, as a proxy places it: a changed copy.
+			last := msgs[n-1]
+			last.Extra = map[string]json.RawMessage{"cache_control": json.RawMessage(`{"type":"ephemeral"}`)}
+			moved := append(append([]chat.Message(nil), msgs[:n-1]...), last)
+			check(c, &chat.Request{Messages: moved, Extra: r.Extra})
+		}
+		// An edit in the middle and a rewind.
+		if len(msgs) > 4 {
+			edited := append([]chat.Message(nil), msgs...)
+			edited[2] = chat.TextMessage(chat.RoleUser, "edited")
+			check(c, &chat.Request{Messages: edited, Extra: map[string]json.RawMessage{"model": json.RawMessage(`"claude"`)}})
+			check(c, &chat.Request{Messages: msgs[:3], Extra: map[string]json.RawMessage{"model": json.RawMessage(`"claude"`)}})
+		}
+	}
+	if hits == 0 {
+		t.Fatal("the cache kept nothing")
+	}
+}
