@@ -5,7 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"io"
-	"maps"
+	"reflect"
 	"slices"
 	"unsafe"
 )
@@ -78,16 +78,9 @@ func (m *Message) writeFields(w *hashWriter) {
 	w.str('T', m.ToolCallID)
 	w.flag('E', m.IsError)
 	w.num('M', len(m.Meta))
-	if len(m.Meta) == 1 { // the common case, without sorting (which allocates)
-		for k, v := range m.Meta {
-			w.str('k', k)
-			w.str('v', v)
-		}
-	} else {
-		for _, k := range slices.Sorted(maps.Keys(m.Meta)) {
-			w.str('k', k)
-			w.str('v', m.Meta[k])
-		}
+	for _, k := range sortedKeys(m.Meta, &w.keys) {
+		w.str('k', k)
+		w.str('v', m.Meta[k])
 	}
 	w.str('W', m.Wire)
 	w.str('w', m.WireRole)
@@ -97,8 +90,24 @@ func (m *Message) writeFields(w *hashWriter) {
 }
 
 type hashWriter struct {
-	h   io.Writer
-	buf [9]byte
+	h    io.Writer
+	buf  [9]byte
+	keys []string // reused by sortedKeys
+}
+
+// sortedKeys returns m's keys in order, in *buf's array (a message's maps are small, and a
+// hash runs for every message of every request: sorting must not allocate each time).
+func sortedKeys[V any](m map[string]V, buf *[]string) []string {
+	if len(m) == 0 {
+		return nil
+	}
+	keys := (*buf)[:0]
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	*buf = keys
+	return keys
 }
 
 func (w *hashWriter) num(tag byte, n int) {
@@ -129,15 +138,34 @@ func (w *hashWriter) raw(tag byte, b []byte) {
 
 func (w *hashWriter) extra(m map[string]json.RawMessage) {
 	w.num('X', len(m))
-	if len(m) == 1 {
-		for k, v := range m {
-			w.str('k', k)
-			w.raw('v', v)
-		}
-		return
-	}
-	for _, k := range slices.Sorted(maps.Keys(m)) {
+	for _, k := range sortedKeys(m, &w.keys) {
 		w.str('k', k)
 		w.raw('v', m[k])
 	}
+}
+
+// Shares reports whether m and o are one message by identity: their scalar fields are equal
+// and their slices and maps are the same ones (the same arrays at the same lengths, the same
+// maps), not merely equal ones. A message's arrays and maps are never modified once it is
+// built (a changed message is a Clone, changed), so two messages that share them have the
+// same content: a caller that kept an earlier request's messages recognizes the ones it
+// already processed at the cost of a few comparisons instead of a hash of their content.
+// Two messages with equal content built apart do not share; that only costs the caller the
+// hash it wanted to avoid.
+func (m *Message) Shares(o *Message) bool {
+	return m.Role == o.Role && m.Name == o.Name && m.ToolCallID == o.ToolCallID && m.IsError == o.IsError &&
+		m.Wire == o.Wire && m.WireRole == o.WireRole && m.Shape == o.Shape && m.JoinPrev == o.JoinPrev &&
+		sameSlice(m.Content, o.Content) && sameSlice(m.ToolCalls, o.ToolCalls) &&
+		sameMap(m.Meta, o.Meta) && sameMap(m.Extra, o.Extra)
+}
+
+func sameSlice[E any](a, b []E) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+func sameMap[K comparable, V any](a, b map[K]V) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	return len(a) == 0 || reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }

@@ -138,3 +138,30 @@ func BenchmarkHash(b *testing.B) {
 		}
 	})
 }
+
+func TestShares(t *testing.T) {
+	m := TextMessage(RoleUser, "hello")
+	m.Extra = map[string]json.RawMessage{"k": json.RawMessage(`1`)}
+	cp := m // a copy of the value shares its storage
+	if !m.Shares(&cp) {
+		t.Fatal("a copy of a message does not share it")
+	}
+	if cl := m.Clone(); m.Shares(&cl) {
+		t.Fatal("a clone shares its original's storage")
+	}
+	other := cp
+	other.IsError = true
+	if m.Shares(&other) {
+		t.Fatal("a changed scalar field still shares")
+	}
+	other = cp
+	other.Extra = map[string]json.RawMessage{"k": json.RawMessage(`1`)}
+	if m.Shares(&other) {
+		t.Fatal("an equal but distinct map shares")
+	}
+	a, b := TextMessage(RoleUser, ""), TextMessage(RoleUser, "")
+	a.Content, b.Content = nil, []Part{}
+	if !a.Shares(&b) {
+		t.Fatal("two empty contents do not share (their hashes are equal)")
+	}
+}

@@ -771,10 +771,71 @@ func (x *exchange) observeUsage(reported int) {
 		}
 		return
 	}
-	est := x.s.cal.ObserveRequest(x.model, &x.sent, reported)
+	var est int
+	if x.ps != nil {
+		est = x.ps.counted.total(x.s.cal.Base(), &x.sent)
+		x.s.cal.Observe(x.model, est, reported)
+	} else {
+		est = x.s.cal.ObserveRequest(x.model, &x.sent, reported)
+	}
 	if est > 0 {
 		x.s.metrics.usageRatio.WithLabelValues("heuristic").Observe(float64(reported) / float64(est))
 	}
+}
+
+// sentCount counts the requests sent for one session with the calibrator's base counter
+// (what the calibrator compares with the provider's reported usage, on every answer): the
+// count of each message the previous request held at the same position, the same value
+// (chat.Message.Shares), is taken from that request, so that counting costs what the new
+// messages cost rather than a hash of the whole history. The total is the base counter's
+// Request total.
+type sentCount struct {
+	mu     sync.Mutex
+	msgs   []chat.Message // the previous request's (kept alive: see chat.Message.Shares)
+	n      []int
+	sys    []chat.Message
+	sysN   int
+	tools  []chat.Tool
+	toolsN int
+}
+
+func (c *sentCount) total(base tokens.Counter, r *chat.Request) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !sharesAll(r.System, c.sys) {
+		c.sys, c.sysN = r.System, 0
+		for i := range r.System {
+			c.sysN += base.Message(&r.System[i])
+		}
+	}
+	if len(r.Tools) != len(c.tools) || len(r.Tools) > 0 && &r.Tools[0] != &c.tools[0] {
+		c.tools, c.toolsN = r.Tools, base.Tools(r.Tools)
+	}
+	total := c.sysN + c.toolsN + tokens.ReplyPriming
+	n := make([]int, len(r.Messages))
+	for i := range r.Messages {
+		if i < len(c.msgs) && r.Messages[i].Shares(&c.msgs[i]) {
+			n[i] = c.n[i]
+		} else {
+			n[i] = base.Message(&r.Messages[i])
+		}
+		total += n[i]
+	}
+	c.msgs, c.n = r.Messages, n
+	return total
+}
+
+// sharesAll reports whether a and b hold the same messages (chat.Message.Shares).
+func sharesAll(a, b []chat.Message) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !a[i].Shares(&b[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // relayJSON relays a non-streamed answer, answering ctxmgr_read calls first.

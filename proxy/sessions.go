@@ -233,6 +233,8 @@ type psession struct {
 	// the content blocks of its messages, for Anthropic.
 	enc    atomic.Pointer[encoded]
 	blocks *wire.AnthropicCache
+	// counted: the last request sent, counted for the calibrator (server.go, observeUsage).
+	counted sentCount
 	// setupRef remembers the slices setupHash last hashed.
 	setupRef struct {
 		system []chat.Message

@@ -12,6 +12,7 @@ import (
 	"github.com/ctxmgr/ctxmgr/chat"
 	"github.com/ctxmgr/ctxmgr/proxy/fakeupstream"
 	"github.com/ctxmgr/ctxmgr/proxy/sse"
+	"github.com/ctxmgr/ctxmgr/tokens"
 	"github.com/ctxmgr/ctxmgr/wire"
 )
 
@@ -257,4 +258,34 @@ func TestReadBody(t *testing.T) {
 			t.Errorf("%s: got %q, %v", c.name, got, err)
 		}
 	}
+}
+
+// TestSentCount: the calibrator's count of a request sent, reusing the previous request's
+// message counts, is the base counter's Request total, across growth, an edit, a new system
+// prompt and new tools.
+func TestSentCount(t *testing.T) {
+	base := tokens.NewCache(tokens.NewHeuristic(tokens.HeuristicOptions{}), 1024)
+	msgs := []chat.Message{chat.TextMessage(chat.RoleUser, "find the bug in pkg/a"), chat.TextMessage(chat.RoleAssistant, "looking")}
+	r := &chat.Request{System: []chat.Message{chat.TextMessage(chat.RoleSystem, "You are terse.")},
+		Tools: []chat.Tool{{Name: "grep", Parameters: json.RawMessage(`{"type":"object"}`)}}, Messages: msgs}
+	var c sentCount
+	check := func(what string) {
+		t.Helper()
+		if got, want := c.total(base, r), base.Request(r).Total; got != want {
+			t.Fatalf("%s: %d, want %d", what, got, want)
+		}
+	}
+	check("first")
+	r.Messages = append(r.Messages, chat.TextMessage(chat.RoleUser, strings.Repeat("more words here ", 50)))
+	check("grown")
+	edited := append([]chat.Message(nil), r.Messages...)
+	edited[1] = chat.TextMessage(chat.RoleAssistant, strings.Repeat("a much longer answer ", 40))
+	r.Messages = edited
+	check("edited")
+	r.System = []chat.Message{chat.TextMessage(chat.RoleSystem, strings.Repeat("A long new system prompt. ", 30))}
+	check("new system")
+	r.Tools = append(r.Tools, chat.Tool{Name: "read", Description: strings.Repeat("reads files ", 20)})
+	check("new tools")
+	r.Messages = r.Messages[:1]
+	check("rewound")
 }

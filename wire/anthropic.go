@@ -441,7 +441,7 @@ func encodeAnthropicMessages(msgs []chat.Message, memo *anthropicMemo) (json.Raw
 	var out []json.RawMessage
 	for i := 0; i < len(msgs); {
 		j := anthropicGroupEnd(msgs, i)
-		b, err := memo.group(msgs[i:j], func() ([]byte, error) { return encodeAnthropicGroup(msgs, i, j) })
+		b, err := memo.group(msgs, i, j, func() ([]byte, error) { return encodeAnthropicGroup(msgs, i, j) })
 		if err != nil {
 			return nil, err
 		}

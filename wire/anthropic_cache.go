@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"encoding/binary"
 	"hash/maphash"
 	"sync"
 
@@ -20,6 +21,10 @@ type AnthropicCache struct {
 	mu     sync.Mutex
 	s1, s2 maphash.Seed
 	last   map[[2]uint64][]byte
+	// msgs are the messages of the last call and fps their fingerprints (the slice keeps
+	// their arrays alive, so Shares cannot be fooled by memory reused for other messages).
+	msgs []chat.Message
+	fps  [][2]uint64
 }
 
 // NewAnthropicCache returns an empty cache.
@@ -34,6 +39,8 @@ type anthropicMemo struct {
 	last map[[2]uint64][]byte
 	used map[[2]uint64][]byte
 	f    fields
+	msgs []chat.Message
+	fps  [][2]uint64
 }
 
 func (c *AnthropicCache) begin() *anthropicMemo {
@@ -48,6 +55,9 @@ func (c *AnthropicCache) end(m *anthropicMemo) {
 		return
 	}
 	c.last = m.used
+	if m.fps != nil {
+		c.msgs, c.fps = m.msgs, m.fps
+	}
 	c.mu.Unlock()
 }
 
@@ -60,16 +70,19 @@ func (f *fields) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// group returns the encoding of the Anthropic message of the neutral messages msgs: the one
-// the last call made for the same messages, or what encode makes.
-func (m *anthropicMemo) group(msgs []chat.Message, encode func() ([]byte, error)) ([]byte, error) {
+// group returns the encoding of the Anthropic message made of msgs[i:j]: the one the last
+// call made for the same messages, or what encode makes.
+func (m *anthropicMemo) group(msgs []chat.Message, i, j int, encode func() ([]byte, error)) ([]byte, error) {
 	if m == nil {
 		return encode()
 	}
+	if m.fps == nil {
+		m.fingerprints(msgs)
+	}
 	m.f.buf = m.f.buf[:0]
-	for i := range msgs {
-		m.f.buf = append(m.f.buf, 0xff) // a message boundary, which no field writes
-		msgs[i].HashTo(&m.f)
+	for _, fp := range m.fps[i:j] {
+		m.f.buf = binary.LittleEndian.AppendUint64(m.f.buf, fp[0])
+		m.f.buf = binary.LittleEndian.AppendUint64(m.f.buf, fp[1])
 	}
 	k := [2]uint64{maphash.Bytes(m.c.s1, m.f.buf), maphash.Bytes(m.c.s2, m.f.buf)}
 	if b, ok := m.last[k]; ok {
@@ -81,4 +94,23 @@ func (m *anthropicMemo) group(msgs []chat.Message, encode func() ([]byte, error)
 		m.used[k] = b
 	}
 	return b, err
+}
+
+// fingerprints sets m.fps to the fingerprint of each of msgs: taken from the last call for a
+// message at the same position that shares its storage (chat.Message.Shares: the proxy's
+// messages are the same values request after request, so a growing conversation hashes only
+// its new messages), computed otherwise.
+func (m *anthropicMemo) fingerprints(msgs []chat.Message) {
+	m.fps = make([][2]uint64, len(msgs))
+	prev, prevFP := m.c.msgs, m.c.fps
+	for i := range msgs {
+		if i < len(prev) && i < len(prevFP) && msgs[i].Shares(&prev[i]) {
+			m.fps[i] = prevFP[i]
+			continue
+		}
+		m.f.buf = m.f.buf[:0]
+		msgs[i].HashTo(&m.f)
+		m.fps[i] = [2]uint64{maphash.Bytes(m.c.s1, m.f.buf), maphash.Bytes(m.c.s2, m.f.buf)}
+	}
+	m.msgs = msgs
 }
