@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/json"
 	"slices"
 
@@ -102,6 +103,11 @@ func partBreakpoint(p *chat.Part) json.RawMessage {
 // rawField returns the value of a top-level field of a JSON object, or nil.
 func rawField(raw json.RawMessage, key string) json.RawMessage {
 	if len(raw) == 0 || raw[0] != '{' {
+		return nil
+	}
+	if !bytes.Contains(raw, []byte(key)) && !bytes.Contains(raw, []byte(`\u`)) {
+		// Not there (a key spelled with \u escapes is the one other way to write it): no
+		// need to parse the object, which runs for every block of every request.
 		return nil
 	}
 	var o map[string]json.RawMessage
