@@ -181,7 +181,7 @@ func (s *Store) migrate(ctx context.Context) error {
 	}
 	for i, m := range migrations {
 		version := i + 1
-		err := s.tx(ctx, func(tx *sql.Tx) error {
+		err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 			var latest int
 			if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&latest); err != nil {
 				return err
@@ -227,7 +227,7 @@ func (s *Store) begin(ctx context.Context, ids ...string) error {
 func (s *Store) end() { s.gate.RUnlock() }
 
 // tx runs fn in one write transaction (BEGIN IMMEDIATE) and commits it; any error rolls it
-// back.
+// back. fn runs its statements under the context it is given.
 //
 // A write, once begun, runs to its end: ctx is checked before (begin), and its cancellation
 // does not interrupt the transaction. The driver watches every statement run under a
@@ -235,13 +235,13 @@ func (s *Store) end() { s.gate.RUnlock() }
 // third of an append's time through the proxy (whose contexts are the requests'); a write
 // takes well under a millisecond, unless another process holds the write lock (BusyTimeout
 // bounds that wait).
-func (s *Store) tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+func (s *Store) tx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	ctx = context.WithoutCancel(ctx)
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
-	if err := fn(tx); err != nil {
+	if err := fn(ctx, tx); err != nil {
 		tx.Rollback()
 		return err
 	}
@@ -336,7 +336,7 @@ func (s *Store) Append(ctx context.Context, session string, at int, msgs []chat.
 		}
 		return nil
 	}
-	err = s.tx(ctx, func(tx *sql.Tx) error {
+	err = s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		var n int
 		if err := tx.StmtContext(ctx, s.stmtCount).QueryRowContext(ctx, session).Scan(&n); err != nil {
 			return err
@@ -447,7 +447,7 @@ func (s *Store) PutSummary(ctx context.Context, session string, sum store.Summar
 		return err
 	}
 	defer s.end()
-	err = s.tx(ctx, func(tx *sql.Tx) error {
+	err = s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		var latest int
 		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM summaries WHERE session = ?`, session).Scan(&latest); err != nil {
 			return err
@@ -526,7 +526,7 @@ func (s *Store) Archive(ctx context.Context, session string, first int, msgs []c
 	if len(bodies) == 0 {
 		return loc, nil
 	}
-	err = s.tx(ctx, func(tx *sql.Tx) error {
+	err = s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		now := s.now()
 		if err := touch(ctx, tx, session, now); err != nil {
 			return err
@@ -636,7 +636,7 @@ func (s *Store) Offload(ctx context.Context, session, key, text string, expires 
 		Lines:    store.CountLines(text),
 		Expires:  expires.Round(0),
 	}
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		now := s.now()
 		var bytes, lines int
 		var exp sql.NullString
@@ -777,7 +777,7 @@ func (s *Store) AppendEvent(ctx context.Context, session, kind string, body []by
 		return err
 	}
 	defer s.end()
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		now := s.now()
 		if _, err := tx.ExecContext(ctx, `INSERT INTO sessions (id, created, updated) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING`,
 			session, now.UnixNano(), now.UnixNano()); err != nil {
@@ -868,7 +868,7 @@ func (s *Store) Prune(ctx context.Context, olderThan time.Time, dryRun bool) ([]
 	}
 	defer s.end()
 	var infos []store.SessionInfo
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		rows, err := tx.QueryContext(ctx, sessionInfoQuery+` WHERE s.updated < ? ORDER BY s.id`, olderThan.UnixNano())
 		if err != nil {
 			return err
