@@ -14,14 +14,20 @@ import (
 
 // TestFiftyMegabyteToolOutput: a request carrying a 50 MB tool output, far above what a
 // provider accepts, is forwarded small: the output is offloaded whole to the store and the
-// upstream receives a snippet and a reference, within the window.
+// upstream receives a snippet and a reference, within the window. Under the race detector,
+// which multiplies the memory of every allocation (1.8 GB for this test), the output is 12 MB
+// (still above what providers accept); .ci/run runs the 50 MB one without it.
 func TestFiftyMegabyteToolOutput(t *testing.T) {
 	if testing.Short() {
 		t.Skip("50 MB")
 	}
+	size := 50 << 20
+	if soakRace {
+		size = 12 << 20
+	}
 	st := store.NewMemory()
 	e := newEnv(t, fakeupstream.Options{}, Config{Store: st, MaxBodyBytes: 64 << 20})
-	huge := strings.Repeat("0123456789 abcdefghij klmnopqrstuvwxyz ABCDEFGHIJ error? no, fine\n", 50<<20/68)
+	huge := strings.Repeat("0123456789 abcdefghij klmnopqrstuvwxyz ABCDEFGHIJ error? no, fine\n", size/68)
 	body, err := json.Marshal(map[string]any{"model": "gpt-4o", "messages": []any{
 		map[string]any{"role": "user", "content": "dump the log"},
 		map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{map[string]any{"id": "c1", "type": "function",
