@@ -1,5 +1,5 @@
 // The real clients, each driven through the fake upstream's agent script (see
-// proxy/fakeupstream/agent.go): the fake asks for N tool calls on generated files of a few
+// internal/fakeupstream/agent.go): the fake asks for N tool calls on generated files of a few
 // thousand tokens each (so the history grows far beyond the window), then answers
 // "e2e-agent done: N steps." Each client runs its own tool loop and executes the tools itself.
 //

@@ -4,7 +4,7 @@
 //
 // run.sh builds ctxmgr and the fake upstream and runs this script with CTXMGR_BIN, FAKE_BIN and
 // WORK (a scratch directory) set. Every client is a separate case with its own fake upstream
-// (proxy/fakeupstream, which enforces the window and logs every request it receives), its own
+// (internal/fakeupstream, which enforces the window and logs every request it receives), its own
 // `ctxmgr serve` (small window, SQLite store) and its own trap for outgoing connections. A case
 // passes when the client finishes normally with its final answer (so no upstream error reached
 // it); every upstream request was answered, fit the window and was well formed by the strict

@@ -186,7 +186,7 @@ export function writeSteps(dir, n, tokens, tag) {
   }
 }
 
-// marker is the text that starts the fake upstream's agent script (proxy/fakeupstream/agent.go).
+// marker is the text that starts the fake upstream's agent script (internal/fakeupstream/agent.go).
 export const marker = (n, dir) => `[e2e-agent steps=${n} dir=${dir}]`;
 export const AGENT_DONE = 'e2e-agent done: ';
 

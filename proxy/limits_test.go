@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ctxmgr/ctxmgr/proxy/fakeupstream"
+	"github.com/ctxmgr/ctxmgr/internal/fakeupstream"
 )
 
 // serveLimits serves h with l on a loopback listener, as ctxmgr serve does.

@@ -7,7 +7,7 @@ import (
 
 	ooption "github.com/openai/openai-go/v3/option"
 
-	"github.com/ctxmgr/ctxmgr/proxy/fakeupstream"
+	"github.com/ctxmgr/ctxmgr/internal/fakeupstream"
 )
 
 // TestOperatorVisibility: /metrics serves the Go runtime and process metrics beside the

@@ -8,7 +8,7 @@ import (
 	ooption "github.com/openai/openai-go/v3/option"
 
 	ctxmgr "github.com/ctxmgr/ctxmgr"
-	"github.com/ctxmgr/ctxmgr/proxy/fakeupstream"
+	"github.com/ctxmgr/ctxmgr/internal/fakeupstream"
 )
 
 // TestReadFollowUpWithinWindow: when the request before a ctxmgr_read call leaves no room for

@@ -17,7 +17,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/ctxmgr/ctxmgr/chat"
-	"github.com/ctxmgr/ctxmgr/proxy/fakeupstream"
+	"github.com/ctxmgr/ctxmgr/internal/fakeupstream"
 	"github.com/ctxmgr/ctxmgr/proxy/sse"
 	"github.com/ctxmgr/ctxmgr/wire"
 )

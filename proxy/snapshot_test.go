@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/ctxmgr/ctxmgr/proxy/fakeupstream"
+	"github.com/ctxmgr/ctxmgr/internal/fakeupstream"
 	"github.com/ctxmgr/ctxmgr/store/sqlite"
 	ooption "github.com/openai/openai-go/v3/option"
 )

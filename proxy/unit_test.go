@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/ctxmgr/ctxmgr/chat"
-	"github.com/ctxmgr/ctxmgr/proxy/fakeupstream"
+	"github.com/ctxmgr/ctxmgr/internal/fakeupstream"
 	"github.com/ctxmgr/ctxmgr/proxy/sse"
 	"github.com/ctxmgr/ctxmgr/tokens"
 	"github.com/ctxmgr/ctxmgr/wire"

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ctxmgr/ctxmgr/proxy/fakeupstream"
+	"github.com/ctxmgr/ctxmgr/internal/fakeupstream"
 )
 
 type lockedBuffer struct {

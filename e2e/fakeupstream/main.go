@@ -1,7 +1,7 @@
 // Command fakeupstream serves the fake OpenAI and Anthropic upstream of package
-// proxy/fakeupstream for the end-to-end script: it records every request it receives (with its
+// internal/fakeupstream for the end-to-end script: it records every request it receives (with its
 // exact o200k_base token count, max tokens, and the real-API rule it broke if any: see the
-// package doc of proxy/fakeupstream) as one JSON line in -log, and writes the address it listens
+// package doc of internal/fakeupstream) as one JSON line in -log, and writes the address it listens
 // on to -addr-file. With -thinking it issues signed thinking blocks to Anthropic requests that
 // ask for thinking, and refuses them altered.
 package main
@@ -16,7 +16,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/ctxmgr/ctxmgr/proxy/fakeupstream"
+	"github.com/ctxmgr/ctxmgr/internal/fakeupstream"
 )
 
 func main() {
