@@ -292,7 +292,7 @@ func (s *Session) minCut() int {
 
 // snapCut snaps a live-relative target backwards to the nearest safe cut and returns it as a
 // history position (s.start when there is none): a turn boundary, or, unless Config.TurnCuts,
-// the start of a tool iteration no call crosses (turns.SafeCutBackwardIteration), so that one
+// the start of a tool iteration no call crosses (turns.SafeCut with Iterations), so that one
 // long turn (a coding agent's whole run) can be cut too. The latest user message is never
 // evicted: a cut past it pins it (see Session.pinned).
 func (s *Session) snapCut(live []chat.Message, target int) int {
@@ -300,11 +300,8 @@ func (s *Session) snapCut(live []chat.Message, target int) int {
 	if target <= 0 {
 		return s.start
 	}
-	cutAt := turns.SafeCutBackwardIteration
-	if s.m.cfg.TurnCuts {
-		cutAt = turns.SafeCutBackward
-	}
-	if cut, ok := cutAt(live, target); ok && cut > 0 {
+	opts := turns.CutOptions{Search: turns.Backward, Iterations: !s.m.cfg.TurnCuts}
+	if cut, ok := turns.SafeCut(live, target, opts); ok && cut > 0 {
 		return s.start + cut
 	}
 	return s.start

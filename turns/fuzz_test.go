@@ -238,7 +238,11 @@ func FuzzSafeCut(f *testing.F) {
 var cutFuncs = []struct {
 	name string
 	f    func([]chat.Message, int) (int, bool)
-}{{"SafeCut", SafeCut}, {"SafeCutForward", SafeCutForward}, {"SafeCutBackward", SafeCutBackward}}
+}{
+	{"SafeCut", func(h []chat.Message, t int) (int, bool) { return SafeCut(h, t, CutOptions{}) }},
+	{"SafeCutForward", func(h []chat.Message, t int) (int, bool) { return SafeCut(h, t, CutOptions{Search: Forward}) }},
+	{"SafeCutBackward", func(h []chat.Message, t int) (int, bool) { return SafeCut(h, t, CutOptions{Search: Backward}) }},
+}
 
 func checkBoundaries(t *testing.T, h []chat.Message, b []int) {
 	t.Helper()
@@ -351,7 +355,7 @@ func checkIterationCut(t *testing.T, h []chat.Message, opts ValidateOptions, tar
 	t.Helper()
 	n := len(h)
 	tc := min(max(target, 0), n)
-	cut, ok := SafeCutBackwardIteration(h, target)
+	cut, ok := SafeCut(h, target, CutOptions{Search: Backward, Iterations: true})
 	qualifies := func(x int) bool {
 		return (h[x].Role == chat.RoleUser || h[x].Role == chat.RoleAssistant) && !spans(h, x)
 	}

@@ -3,8 +3,8 @@
 //
 // A turn starts at a user message and runs to the next one: user message -> assistant iterations
 // (tool calls and their results) -> final reply. Turns are the atomic unit of eviction: a cut
-// inside a turn would orphan tool calls or results. Boundaries lists where turns start; SafeCut,
-// SafeCutForward and SafeCutBackward snap a cut position to a boundary; Validate checks the
+// inside a turn would orphan tool calls or results. Boundaries lists where turns start; SafeCut
+// snaps a cut position to a boundary; Validate checks the
 // pairing rules of OpenAI and Anthropic; Repair brings any history into a form Validate accepts,
 // reporting every change.
 //
@@ -36,100 +36,73 @@ func Boundaries(msgs []chat.Message) []int {
 	return b
 }
 
-// SafeCut returns the cut position nearest to target, preferring to evict less: msgs[:cut] can
-// then be evicted (or summarized) and msgs[cut:] kept without separating a tool call from its
-// result. The rules, exactly:
+// Search is the direction in which SafeCut looks for a safe boundary from its target.
+type Search int
+
+const (
+	// Nearest prefers to evict less: the largest safe boundary <= target, or if there is
+	// none, the smallest one > target.
+	Nearest Search = iota
+	// Forward evicts at least up to target: the smallest safe boundary >= target.
+	Forward
+	// Backward evicts at most up to target: the largest safe boundary <= target.
+	Backward
+)
+
+// CutOptions say where SafeCut may cut.
+type CutOptions struct {
+	Search Search
+	// Iterations allows, besides turn boundaries, a cut before an assistant message that
+	// starts a new tool iteration, where every tool call made before it has its result before
+	// it. A long agent run is often one turn (one task message, then many tool iterations);
+	// this is how it can still be cut. msgs[cut] may then be an assistant message.
+	Iterations bool
+}
+
+// SafeCut returns a cut position for target: msgs[:cut] can then be evicted (or summarized)
+// and msgs[cut:] kept without separating a tool call from its result. The rules, exactly:
 //
 //   - target is clamped to [0, len(msgs)];
 //   - target 0 gives cut 0 (evict nothing), and target len(msgs) gives cut len(msgs) (evict
 //     everything); both are ok;
-//   - otherwise the cut is a safe turn boundary b with 0 < b < len(msgs): the largest one
-//     <= target, or if there is none, the smallest one > target; a cut at 0 is never chosen
-//     (it evicts nothing) and neither is len(msgs) (target asked to keep something);
+//   - otherwise the cut is a safe boundary b with 0 < b < len(msgs), chosen by opts.Search; a
+//     cut at 0 is never chosen (it evicts nothing) and neither is len(msgs) (target asked to
+//     keep something);
 //   - when there is no such boundary (one giant turn containing target, say), SafeCut returns
 //     0, false.
 //
-// A boundary b is safe when it starts a turn (see Boundaries) and no tool call before b is
-// answered at or after b. In a history that Validate accepts (pending tail allowed or not) every
-// boundary is safe; the extra check only keeps SafeCut from making an invalid history worse.
+// A boundary b is safe when it starts a turn (see Boundaries), or a tool iteration with
+// opts.Iterations, and no tool call before b is answered at or after b. In a history that
+// Validate accepts (pending tail allowed or not) every turn boundary is safe; the extra check
+// only keeps SafeCut from making an invalid history worse.
 //
 // Guarantee: when Validate(msgs, opts) == nil and 0 < cut < len(msgs), then
 // Validate(msgs[:cut], ValidateOptions{}) == nil (pending calls can only be in the last turn)
-// and Validate(msgs[cut:], opts) == nil, and msgs[cut] is a user message. The same holds for
-// SafeCutForward and SafeCutBackward.
-func SafeCut(msgs []chat.Message, target int) (cut int, ok bool) {
+// and Validate(msgs[cut:], opts) == nil, and msgs[cut] is a user message (or, with
+// Iterations, an assistant message).
+func SafeCut(msgs []chat.Message, target int, opts CutOptions) (cut int, ok bool) {
 	n := len(msgs)
 	target = min(max(target, 0), n)
 	if target == 0 || target == n {
 		return target, true
 	}
-	c := newCutter(msgs, false)
-	for b := target; b > 0; b-- {
-		if c.safe(b) {
-			return b, true
+	c := newCutter(msgs, opts.Iterations)
+	if opts.Search != Forward {
+		for b := target; b > 0; b-- {
+			if c.safe(b) {
+				return b, true
+			}
 		}
 	}
-	for b := target + 1; b < n; b++ {
-		if c.safe(b) {
-			return b, true
+	if opts.Search != Backward {
+		from := target
+		if opts.Search == Nearest {
+			from++ // target itself was tried
 		}
-	}
-	return 0, false
-}
-
-// SafeCutForward is SafeCut searching forwards only ("evict at least up to target"): target is
-// clamped to [0, len(msgs)]; target 0 and len(msgs) are returned as they are; otherwise the
-// result is the smallest safe boundary b with target <= b < len(msgs), or 0, false when there
-// is none (evicting everything is returned only when asked for, with target >= len(msgs)).
-func SafeCutForward(msgs []chat.Message, target int) (cut int, ok bool) {
-	n := len(msgs)
-	target = min(max(target, 0), n)
-	if target == 0 || target == n {
-		return target, true
-	}
-	c := newCutter(msgs, false)
-	for b := target; b < n; b++ {
-		if c.safe(b) {
-			return b, true
-		}
-	}
-	return 0, false
-}
-
-// SafeCutBackward is SafeCut searching backwards only ("evict at most up to target"): target is
-// clamped to [0, len(msgs)]; target 0 and len(msgs) are returned as they are; otherwise the
-// result is the largest safe boundary b with 0 < b <= target, or 0, false when there is none
-// (a cut at 0 evicts nothing and counts only when target is 0).
-func SafeCutBackward(msgs []chat.Message, target int) (cut int, ok bool) {
-	n := len(msgs)
-	target = min(max(target, 0), n)
-	if target == 0 || target == n {
-		return target, true
-	}
-	c := newCutter(msgs, false)
-	for b := target; b > 0; b-- {
-		if c.safe(b) {
-			return b, true
-		}
-	}
-	return 0, false
-}
-
-// SafeCutBackwardIteration is SafeCutBackward at a finer grain: besides turn boundaries, a cut
-// may fall before an assistant message that starts a new tool iteration, where every tool call
-// made before it has its result before it. A long agent run is often one turn (one task
-// message, then many tool iterations); this is how it can still be cut. The halves stay valid
-// as for SafeCutBackward, except that msgs[cut] may be an assistant message.
-func SafeCutBackwardIteration(msgs []chat.Message, target int) (cut int, ok bool) {
-	n := len(msgs)
-	target = min(max(target, 0), n)
-	if target == 0 || target == n {
-		return target, true
-	}
-	c := newCutter(msgs, true)
-	for b := target; b > 0; b-- {
-		if c.safe(b) {
-			return b, true
+		for b := from; b < n; b++ {
+			if c.safe(b) {
+				return b, true
+			}
 		}
 	}
 	return 0, false
@@ -138,7 +111,7 @@ func SafeCutBackwardIteration(msgs []chat.Message, target int) (cut int, ok bool
 // cutter answers "is b a safe cut" for 0 < b < len(msgs).
 type cutter struct {
 	msgs []chat.Message
-	// iterations also allows cuts before an assistant message (SafeCutBackwardIteration).
+	// iterations also allows cuts before an assistant message (CutOptions.Iterations).
 	iterations bool
 	// blocked[b] is true when a tool call made before b is answered at or after b. It is nil
 	// when no call/result pair spans a user message (every valid history).

@@ -3,8 +3,6 @@ package turns
 import (
 	"slices"
 	"testing"
-
-	"github.com/ctxmgr/ctxmgr/chat"
 )
 
 func TestBoundaries(t *testing.T) {
@@ -81,10 +79,10 @@ func TestSafeCut(t *testing.T) {
 			before := cloneAll(msgs)
 			for _, c := range []struct {
 				name string
-				f    func([]chat.Message, int) (int, bool)
+				opts CutOptions
 				want res
-			}{{"SafeCut", SafeCut, tt.cut}, {"SafeCutForward", SafeCutForward, tt.fwd}, {"SafeCutBackward", SafeCutBackward, tt.bwd}} {
-				cut, ok := c.f(msgs, tt.target)
+			}{{"SafeCut", CutOptions{}, tt.cut}, {"SafeCutForward", CutOptions{Search: Forward}, tt.fwd}, {"SafeCutBackward", CutOptions{Search: Backward}, tt.bwd}} {
+				cut, ok := SafeCut(msgs, tt.target, c.opts)
 				if (res{cut, ok}) != c.want {
 					t.Errorf("%s(%q, %d) = %d, %v; want %d, %v", c.name, tt.spec, tt.target, cut, ok, c.want.cut, c.want.ok)
 				}
@@ -115,9 +113,9 @@ func TestSafeCutBackwardIteration(t *testing.T) {
 		{"u a", 9, 2, true},
 	}
 	for _, c := range cases {
-		cut, ok := SafeCutBackwardIteration(hist(c.spec), c.target)
+		cut, ok := SafeCut(hist(c.spec), c.target, CutOptions{Search: Backward, Iterations: true})
 		if cut != c.cut || ok != c.ok {
-			t.Errorf("SafeCutBackwardIteration(%q, %d) = %d, %v; want %d, %v", c.spec, c.target, cut, ok, c.cut, c.ok)
+			t.Errorf("SafeCut(%q, %d, Backward, Iterations) = %d, %v; want %d, %v", c.spec, c.target, cut, ok, c.cut, c.ok)
 		}
 	}
 }
