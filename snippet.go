@@ -3,10 +3,10 @@ package ctxmgr
 import (
 	"fmt"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/ctxmgr/ctxmgr/chat"
 	"github.com/ctxmgr/ctxmgr/store"
+	"github.com/ctxmgr/ctxmgr/summarize"
 )
 
 // The texts that replace tool results in context. Each keeps the reference an agent needs to
@@ -59,7 +59,6 @@ func snippetViewKeeping(orig *chat.Message, off store.Offloaded, capBytes int, i
 }
 
 // notable are the (lower-case) markers of lines worth keeping from an omitted middle.
-var notable = []string{"error", "fail", "exception", "traceback", "panic", "fatal", "warning", "assert", "denied", "not found", "cannot", "undefined"}
 
 // maxNotableScan bounds the bytes of an omitted middle searched for notable lines, so that a
 // 50 MB result costs a bounded scan.
@@ -83,9 +82,9 @@ func notableLines(mid string, firstLine, budget int, inPlay func(string) bool) s
 		} else {
 			l, mid = mid[:end], mid[end+1:]
 		}
-		if len(l) > 0 && (hasNotable(l) || inPlay != nil && inPlay(l)) {
+		if len(l) > 0 && (summarize.ErrorSeverity(l) > 0 || inPlay != nil && inPlay(l)) {
 			if len(l) > 240 {
-				l = l[:runeStart(l, 240)] + "..."
+				l = l[:chat.RuneStart(l, 240)] + "..."
 			}
 			entry := fmt.Sprintf("L%d: %s\n", line, l)
 			if b.Len()+len(entry) > budget {
@@ -99,19 +98,6 @@ func notableLines(mid string, firstLine, budget int, inPlay func(string) bool) s
 		return ""
 	}
 	return "[ctxmgr: notable omitted lines]\n" + b.String() + "[ctxmgr: end of notable lines]\n"
-}
-
-func hasNotable(l string) bool {
-	if len(l) > 4096 {
-		l = l[:4096]
-	}
-	low := strings.ToLower(l)
-	for _, k := range notable {
-		if strings.Contains(low, k) {
-			return true
-		}
-	}
-	return false
 }
 
 // stubView replaces a tool result by a one-line stub.
@@ -150,27 +136,13 @@ func headTail(s string, h, t int) (string, string) {
 	if len(s) <= h+t {
 		return s, ""
 	}
-	head := s[:runeStart(s, h)]
+	head := s[:chat.RuneStart(s, h)]
 	if i := strings.LastIndexByte(head, '\n'); i >= 0 && i >= len(head)-h/4 {
 		head = head[:i+1]
 	}
-	tail := s[runeStart(s, len(s)-t):]
+	tail := s[chat.RuneStart(s, len(s)-t):]
 	if i := strings.IndexByte(tail, '\n'); i >= 0 && i < t/4 && i+1 < len(tail) {
 		tail = tail[i+1:]
 	}
 	return head, tail
-}
-
-// runeStart moves i back to the start of the rune that contains byte i.
-func runeStart(s string, i int) int {
-	if i >= len(s) {
-		return len(s)
-	}
-	if i <= 0 {
-		return 0
-	}
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return i
 }

@@ -10,6 +10,7 @@ package chat
 
 import (
 	"encoding/json"
+	"unicode/utf8"
 )
 
 // Role is who speaks a message.
@@ -247,4 +248,20 @@ func TextMessage(role Role, text string) Message {
 // ToolResult returns a tool-result message answering call id.
 func ToolResult(id, name, text string, isError bool) Message {
 	return Message{Role: RoleTool, ToolCallID: id, Name: name, IsError: isError, Content: []Part{{Type: PartText, Text: text}}}
+}
+
+// RuneStart returns the start of the UTF-8 sequence that holds byte i of s (i clamped to
+// [0, len(s)]): s[:RuneStart(s, i)] and s[RuneStart(s, i):] never split a character. It is
+// the one rune-safe cut of the module (snippets, the summarizer's clips, the proxy's reads).
+func RuneStart(s string, i int) int {
+	if i >= len(s) {
+		return len(s)
+	}
+	if i <= 0 {
+		return 0
+	}
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return i
 }

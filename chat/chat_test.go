@@ -85,3 +85,15 @@ func TestHashAndClone(t *testing.T) {
 		t.Fatalf("Text() = %q", two.Text())
 	}
 }
+
+func TestRuneStart(t *testing.T) {
+	s := "añb€c" // a, ñ (2 bytes), b, € (3 bytes), c
+	for i, want := range []int{0, 1, 1, 3, 4, 4, 4, 7, 8} {
+		if got := RuneStart(s, i); got != want {
+			t.Errorf("RuneStart(%q, %d) = %d, want %d", s, i, got, want)
+		}
+	}
+	if RuneStart(s, -5) != 0 || RuneStart(s, 100) != len(s) {
+		t.Error("out-of-range indexes are not clamped")
+	}
+}

@@ -140,7 +140,7 @@ func (s *Server) answerRead(ctx context.Context, id string, mgr *managed, sess *
 			continue
 		}
 		if counter.Text(text) > maxTokens {
-			text = text[:runeCut(text, maxTokens*2)]
+			text = text[:chat.RuneStart(text, maxTokens*2)]
 		}
 		shown := store.CountLines(text)
 		last := a.FromLine + shown - 1
@@ -152,16 +152,6 @@ func (s *Server) answerRead(ctx context.Context, id string, mgr *managed, sess *
 		}
 		return b.String(), false
 	}
-}
-
-func runeCut(s string, n int) int {
-	if n >= len(s) {
-		return len(s)
-	}
-	for n > 0 && n < len(s) && s[n]&0xC0 == 0x80 {
-		n--
-	}
-	return n
 }
 
 func knownRefs(st ctxmgr.Stats) string {

@@ -407,3 +407,22 @@ func TestTextWindow(t *testing.T) {
 		t.Errorf("cut window pieces: %q %q", w.head, w.tail)
 	}
 }
+
+func TestErrorSeverity(t *testing.T) {
+	for line, want := range map[string]int{
+		"ValueError: bad value":              4,
+		"FAILED tests/test_a.py::test_x":     4,
+		"E   AssertionError: 1 != 2":         4,
+		"main.go:12: error: undefined: x":    3,
+		"got an Error here":                  2,
+		"warning: unused variable":           1,
+		"permission denied":                  1,
+		"all 12 tests passed":                0,
+		"":                                   0,
+		"KeyboardInterrupt: stopped by user": 4,
+	} {
+		if got := ErrorSeverity(line); got != want {
+			t.Errorf("ErrorSeverity(%q) = %d, want %d", line, got, want)
+		}
+	}
+}

@@ -158,11 +158,7 @@ func clip(s string, n int) string {
 	if n <= 3 {
 		return ""
 	}
-	i := n - 3
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return s[:i] + "..."
+	return s[:chat.RuneStart(s, n-3)] + "..."
 }
 
 // oneLine collapses all whitespace runs (newlines included) into single spaces and trims,
@@ -574,9 +570,39 @@ func hasLetter(s string) bool {
 
 // ---- errors and exit codes -------------------------------------------------------------------
 
-// errorStrength rates a line as an error report: 3 for an exception line ("ValueError: x"),
-// a line starting with panic:/fatal:/error:/FAILED/ERROR; 2 for a line containing error:,
-// FAILED, panic: or fatal:; 1 for a line containing "Error"; 0 otherwise.
+// ErrorSeverity rates how strongly a line of a tool's output reports a problem; it is the
+// one heuristic for error lines, used by the summarizer (the most telling error line of a
+// result) and by the snippets that replace capped results (the notable lines of what they
+// omit):
+//
+//   - 4: an exception line ("ValueError: x", a dotted name ending in Error or Exception), or
+//     a line starting with panic:, fatal:, error:, ERROR, FAILED or FATAL;
+//   - 3: a line containing error:, Error:, " FAILED", panic: or fatal:;
+//   - 2: a line containing Error or Exception;
+//   - 1: a line containing, in any case, one of the notable words: error, fail, exception,
+//     traceback, panic, fatal, warning, assert, denied, not found, cannot, undefined (in its
+//     first 4 KB);
+//   - 0: none of these.
+func ErrorSeverity(line string) int {
+	if s := errorStrength(line); s > 0 {
+		return s + 1
+	}
+	if len(line) > 4096 {
+		line = line[:4096]
+	}
+	low := strings.ToLower(line)
+	for _, k := range notableWords {
+		if strings.Contains(low, k) {
+			return 1
+		}
+	}
+	return 0
+}
+
+var notableWords = []string{"error", "fail", "exception", "traceback", "panic", "fatal", "warning", "assert", "denied", "not found", "cannot", "undefined"}
+
+// errorStrength is ErrorSeverity above the notable words: 3 for an exception line or a line
+// starting with an error marker, 2 for one containing such a marker, 1 for Error or Exception.
 func errorStrength(line string) int {
 	l := strings.TrimSpace(line)
 	if len(l) < 4 {
