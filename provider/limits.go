@@ -63,10 +63,10 @@ var limitPatterns = func() []*regexp.Regexp {
 	return out
 }()
 
-// OverflowLimits reads the Limits stated in a provider's overflow error body (JSON or
+// overflowLimits reads the Limits stated in a provider's overflow error body (JSON or
 // text, including the numeric n_ctx and n_prompt_tokens fields of llama.cpp's server).
 // Numbers it cannot find are 0; it never fails.
-func OverflowLimits(body []byte) Limits {
+func overflowLimits(body []byte) Limits {
 	var l Limits
 	if len(body) > maxScan {
 		body = body[:maxScan]
@@ -102,7 +102,7 @@ func OverflowLimits(body []byte) Limits {
 	return l
 }
 
-// ErrorLimits is OverflowLimits for an error: the body of the HTTPError it wraps, or else
+// ErrorLimits reads the Limits an overflow error states (see overflowLimits): the body of the HTTPError it wraps, or else
 // its message.
 func ErrorLimits(err error) Limits {
 	if err == nil {
@@ -110,9 +110,9 @@ func ErrorLimits(err error) Limits {
 	}
 	var he HTTPError
 	if errors.As(err, &he) && he != nil {
-		return OverflowLimits(he.ResponseBody())
+		return overflowLimits(he.ResponseBody())
 	}
-	return OverflowLimits([]byte(err.Error()))
+	return overflowLimits([]byte(err.Error()))
 }
 
 func number(s string) int {

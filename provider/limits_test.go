@@ -30,7 +30,7 @@ func TestOverflowLimits(t *testing.T) {
 			continue
 		}
 		seen[c.name] = true
-		if got := OverflowLimits([]byte(c.body)); got != w {
+		if got := overflowLimits([]byte(c.body)); got != w {
 			t.Errorf("%s: %+v, want %+v", c.name, got, w)
 		}
 	}
@@ -45,7 +45,7 @@ func TestOverflowLimits(t *testing.T) {
 		if c.want != ClassOverflow {
 			continue
 		}
-		l := OverflowLimits([]byte(c.body))
+		l := overflowLimits([]byte(c.body))
 		if l.Max < 0 || l.Input < 0 || l.Max > 0 && l.Input > 1000*l.Max {
 			t.Errorf("%s: implausible %+v", c.name, l)
 		}
@@ -67,7 +67,7 @@ func TestOverflowLimits(t *testing.T) {
 		{`{"error":{"n_ctx":"x"}}`, Limits{}},
 	}
 	for _, c := range more {
-		if got := OverflowLimits([]byte(c.body)); got != c.want {
+		if got := overflowLimits([]byte(c.body)); got != c.want {
 			t.Errorf("%.80s: %+v, want %+v", c.body, got, c.want)
 		}
 	}
@@ -89,7 +89,7 @@ func FuzzOverflowLimits(f *testing.F) {
 		f.Add([]byte(c.body))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		if l := OverflowLimits(body); l.Max < 0 || l.Input < 0 {
+		if l := overflowLimits(body); l.Max < 0 || l.Input < 0 {
 			t.Fatalf("%+v", l)
 		}
 	})

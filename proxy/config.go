@@ -82,8 +82,9 @@ type Config struct {
 	// conversation is decoded only where it differs (see decode.go). Default 64 MiB;
 	// negative: off.
 	DecodeCacheBytes int
-	// Tune, if set, adjusts each Manager's configuration after the preset is applied (tests
-	// use it to make the ingestion cap small, say).
+	// Tune, if set, adjusts each Manager's configuration after the preset is applied: a
+	// program that embeds the proxy declares its agent's own tools there, say (see
+	// ExampleConfig_tune).
 	Tune func(*ctxmgr.Config)
 
 	// MaxBodyBytes bounds a request body; larger ones get 413. Default 32 MiB.

@@ -118,30 +118,23 @@ type Skipped struct {
 	Reason string
 }
 
-// Load reads the trajectories in paths (files, or directories searched recursively for
-// *.json and *.jsonl files, in lexical order). format is one of Formats ("" means auto).
-// Files named explicitly must be trajectories; files found in directories that are valid JSON
-// but no known trajectory format are skipped (see LoadAll). Every error is a *LoadError that
-// names the file and the position in it.
-func Load(paths []string, format string) ([]Trajectory, error) {
-	t, _, err := LoadAll(paths, format)
-	return t, err
-}
-
-// LoadAll is Load that also returns the files it skipped.
-func LoadAll(paths []string, format string) ([]Trajectory, []Skipped, error) {
+// load reads the trajectories in paths (files, or directories searched recursively for
+// *.json and *.jsonl files, in lexical order) into memory, for tests; the CLI streams them
+// with LoadEach. format is one of Formats ("" means auto).
+func load(paths []string, format string) ([]Trajectory, error) {
 	var out []Trajectory
-	skipped, err := LoadEach(paths, format, func(t Trajectory) error {
+	_, err := LoadEach(paths, format, func(t Trajectory) error {
 		out = append(out, t)
 		return nil
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return out, skipped, nil
+	return out, nil
 }
 
-// LoadEach reads the trajectories of paths as Load does, one file at a time, and hands each to
+// LoadEach reads the trajectories in paths (files, or directories searched recursively for
+// *.json and *.jsonl files, in lexical order), one file at a time, and hands each to
 // fn as soon as its file is read, so that a caller that does not keep them (RunStream) holds
 // one file's trajectories at a time, not all of them. It stops at fn's first error.
 func LoadEach(paths []string, format string, fn func(Trajectory) error) ([]Skipped, error) {

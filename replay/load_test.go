@@ -28,7 +28,7 @@ func dataDir(tb testing.TB, sub string) string {
 
 func TestLoadSharedData(t *testing.T) {
 	dir := dataDir(t, "trajectories")
-	trajs, skipped, err := LoadAll([]string{dir}, "")
+	trajs, skipped, err := loadAll([]string{dir}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +229,7 @@ func TestDetectFormats(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			p := write(t, dir, tc.file, tc.content)
-			ts, err := Load([]string{p}, tc.format)
+			ts, err := load([]string{p}, tc.format)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -287,7 +287,7 @@ func TestLoadErrors(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			p := write(t, dir, tc.file, tc.content)
-			_, err := Load([]string{p}, tc.format)
+			_, err := load([]string{p}, tc.format)
 			if err == nil {
 				t.Fatal("no error")
 			}
@@ -306,10 +306,10 @@ func TestLoadErrors(t *testing.T) {
 		})
 	}
 
-	if _, err := Load([]string{filepath.Join(dir, "missing.json")}, ""); err == nil || !strings.Contains(err.Error(), "missing.json") {
+	if _, err := load([]string{filepath.Join(dir, "missing.json")}, ""); err == nil || !strings.Contains(err.Error(), "missing.json") {
 		t.Errorf("missing file: %v", err)
 	}
-	if _, err := Load([]string{dir}, "yaml"); err == nil || !strings.Contains(err.Error(), `"yaml"`) {
+	if _, err := load([]string{dir}, "yaml"); err == nil || !strings.Contains(err.Error(), `"yaml"`) {
 		t.Errorf("unknown format: %v", err)
 	}
 
@@ -318,12 +318,12 @@ func TestLoadErrors(t *testing.T) {
 	write(t, d2, "a/run.json", openaiMsgs)
 	write(t, d2, "a/results_summary.json", `{"total":3}`)
 	write(t, d2, "a/notes.txt", "not json")
-	ts, skipped, err := LoadAll([]string{d2}, "")
+	ts, skipped, err := loadAll([]string{d2}, "")
 	if err != nil || len(ts) != 1 || len(skipped) != 1 || !strings.HasSuffix(skipped[0].Path, "results_summary.json") {
 		t.Errorf("directory: %d runs, skipped %+v, %v", len(ts), skipped, err)
 	}
 	write(t, d2, "b/broken.json", "{")
-	if _, err := Load([]string{d2}, ""); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "broken.json") {
+	if _, err := load([]string{d2}, ""); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "broken.json") {
 		t.Errorf("malformed file in a directory: %v", err)
 	}
 }
@@ -331,7 +331,7 @@ func TestLoadErrors(t *testing.T) {
 func TestLoadNamesUnique(t *testing.T) {
 	dir := t.TempDir()
 	p := write(t, dir, "s/a.json", openaiMsgs)
-	ts, err := Load([]string{p, p}, "")
+	ts, err := load([]string{p, p}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,7 +356,7 @@ func TestMiniSWEAgentVerbatim(t *testing.T) {
 	if err := json.Unmarshal(raw, &f); err != nil {
 		t.Fatal(err)
 	}
-	ts, err := Load([]string{p}, "")
+	ts, err := load([]string{p}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -375,4 +375,17 @@ func TestMiniSWEAgentVerbatim(t *testing.T) {
 			t.Errorf("message %d: role %q, file %q", i, got[i].Role, m.Role)
 		}
 	}
+}
+
+// loadAll is load that also returns the files LoadEach skipped.
+func loadAll(paths []string, format string) ([]Trajectory, []Skipped, error) {
+	var out []Trajectory
+	skipped, err := LoadEach(paths, format, func(t Trajectory) error {
+		out = append(out, t)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, skipped, nil
 }

@@ -36,7 +36,7 @@ func sample(tb testing.TB) []Trajectory {
 	dir := dataDir(tb, "trajectories")
 	sampleOnce.Do(func() {
 		var ts []Trajectory
-		ts, sampleErr = Load([]string{
+		ts, sampleErr = load([]string{
 			filepath.Join(dir, "mini-swe-agent", "django__django-9296.traj.json"),
 			filepath.Join(dir, "mini-swe-agent", "django__django-16667.traj.json"),
 			filepath.Join(dir, "tau-bench", "gpt-4o-airline.json"),
