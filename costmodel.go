@@ -36,7 +36,7 @@ func (p Prices) validate() error {
 }
 
 // RewriteEconomics is the cost model every rewrite of history already sent is decided by
-// (superseding, age-out, masking; DESIGN.md section 10).
+// (superseding, age-out, masking).
 //
 // A rewrite at some position of a request the provider has cached changes the prefix from
 // there on: on the next call the tokens after the change point (after: everything sent after

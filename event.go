@@ -8,7 +8,8 @@ import (
 // Step names a pipeline step.
 type Step string
 
-// Pipeline steps, cheapest first (DESIGN.md section 2).
+// Pipeline steps, cheapest first: what loses least and costs least runs before what loses
+// more (see the pipeline in the package doc).
 const (
 	StepOffload   Step = "offload"    // ingestion cap: a large tool result went to the store
 	StepRetrunc   Step = "retruncate" // older tool results cut to the smaller cap

@@ -4,7 +4,7 @@
 // Build a Manager from a Config, open a Session per conversation, Append every message the
 // agent produces or receives, and call Prepare before every LLM call (each tool-loop iteration
 // included). Prepare returns the exact request to send and a report of what it did. The
-// pipeline, cheapest step first (DESIGN.md section 2):
+// pipeline, cheapest step first (what loses least runs first):
 //
 //  0. count every region, with per-message counts cached;
 //  1. cap large tool results when they are appended (offload to the Store, snippet in context);

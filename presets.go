@@ -10,7 +10,8 @@ import (
 )
 
 // Preset names. "default" is ctxmgr's own tuning; the five seed presets reproduce the documented
-// defaults of the systems ctxmgr learns from (DESIGN.md section 7) on ctxmgr's mechanism, so
+// defaults of the systems ctxmgr learns from (CoPaw, QwenPaw, Picoclaw, CowAgent, BaseAgent) on
+// ctxmgr's mechanism, so
 // that they can be compared side by side (ctxmgr replay); "masking" is the published
 // observation-masking baseline (keep the last 10 tool outputs).
 const (

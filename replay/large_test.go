@@ -11,8 +11,8 @@ import (
 )
 
 // largeOutputRuns makes coding-agent runs whose tool outputs are large (build logs, test
-// output, file dumps of 20-150 kB), the case the shared data lacks: held-out data in the
-// sense of DESIGN.md, generated rather than tuned on. The assistant refers to what the
+// output, file dumps of 20-150 kB), the case the shared data lacks: held-out data (never
+// tuned on), generated. The assistant refers to what the
 // outputs show at their ends (the failing test, the error line), as agents do.
 func largeOutputRuns(n int) []Trajectory {
 	var out []Trajectory

@@ -1,7 +1,7 @@
 // Package replay rebuilds every LLM call of recorded agent runs under each context strategy
 // and measures the result: input tokens, prompt-cache hits, summary calls, cost, overflows,
-// invalid requests, lost messages, reference recall and Prepare latency (DESIGN.md section 8;
-// the definitions are in README.md next to this file).
+// invalid requests, lost messages, reference recall and Prepare latency (the definitions are
+// in the README's replay section).
 //
 // Load reads trajectories (OpenAI message arrays and bodies, JSONL, tau-bench results,
 // mini-swe-agent trajectories); Run replays them under the strategies, in parallel; a Result

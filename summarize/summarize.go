@@ -1,6 +1,6 @@
 // Package summarize turns evicted conversation turns into the compact summary that replaces
-// them: a dialog path guide plus the structured sections of DESIGN.md (Goal, Constraints &
-// Preferences, Progress, Key Decisions, Next Steps, Critical Context).
+// them: a dialog path guide plus structured sections (Goal, Constraints & Preferences,
+// Progress, Key Decisions, Next Steps, Critical Context).
 package summarize
 
 import (

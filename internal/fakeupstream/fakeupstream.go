@@ -28,7 +28,8 @@
 //
 // # Strictness
 //
-// The fake is as strict as the real APIs (DESIGN.md section 9). It checks the raw JSON body
+// The fake is as strict as the real APIs: every rule it enforces is one the provider's API
+// enforces (rules.go). It checks the raw JSON body
 // with its own small decoders, independently of package wire, and answers a request the real
 // API refuses with the provider's real error status and body. Anthropic /v1/messages:
 //   - max_tokens is required; roles are user, assistant, or system (mid-conversation system

@@ -8,7 +8,7 @@ import (
 )
 
 // The rules the fake upstream enforces, as named in Record.Rule. Every one of them is a rule of
-// the real API (DESIGN.md section 9); the fake checks them on the raw JSON body with its own
+// the real API, as documented by the provider and observed; the fake checks them on the raw JSON body with its own
 // small decoders, independently of package wire, so that it does not merely agree with the
 // proxy's own reading of the formats.
 const (
