@@ -45,7 +45,7 @@ type responsesEvent struct {
 	Arguments   *string         `json:"arguments"`
 	Response    *struct {
 		ID    json.RawMessage `json:"id"`
-		Usage *usage          `json:"usage"`
+		Usage json.RawMessage `json:"usage"`
 	} `json:"response"`
 }
 
@@ -54,8 +54,10 @@ func (f *responsesFilter) event(ev sse.Event) []byte {
 	if json.Unmarshal(ev.Data, &e) != nil {
 		return ev.Raw
 	}
-	if e.Response != nil && e.Response.Usage != nil && e.Response.Usage.InputTokens > 0 {
-		f.prompt = e.Response.Usage.InputTokens
+	if e.Response != nil {
+		if n := usageInput(FormatResponses, e.Response.Usage); n > 0 {
+			f.prompt = n
+		}
 	}
 	if !f.readTool {
 		return ev.Raw

@@ -931,32 +931,18 @@ func (x *exchange) withoutRead() ([]byte, error) {
 	return x.encode(chat.Request{System: req.System, Tools: stripReadTool(req.Tools), Messages: req.Messages}, 0)
 }
 
-// usageOf returns the input tokens a provider reports in a non-streamed answer: OpenAI
-// usage.prompt_tokens; Anthropic usage.input_tokens + cache_creation_input_tokens +
-// cache_read_input_tokens.
+// usageOf returns the input tokens a provider reports in a non-streamed answer, cached or not
+// (wire.DecodeResponse; 0 if it reports none).
 func usageOf(f Format, data []byte) int {
-	var v struct {
-		Usage *usage `json:"usage"`
-	}
-	if json.Unmarshal(data, &v) != nil || v.Usage == nil {
+	r, err := wire.DecodeResponse(f, data)
+	if err != nil || !r.HasUsage {
 		return 0
 	}
-	return v.Usage.input(f)
+	return r.Usage.Input
 }
 
-type usage struct {
-	PromptTokens             int `json:"prompt_tokens"`
-	InputTokens              int `json:"input_tokens"`
-	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
-	CacheReadInputTokens     int `json:"cache_read_input_tokens"`
-}
-
-func (u *usage) input(f Format) int {
-	switch f {
-	case FormatAnthropic:
-		return u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens
-	case FormatResponses:
-		return u.InputTokens // cached tokens included
-	}
-	return u.PromptTokens
+// usageInput is the input tokens of a usage object of a streamed event (0 if none).
+func usageInput(f Format, raw json.RawMessage) int {
+	u, _ := wire.DecodeUsage(f, raw)
+	return u.Input
 }

@@ -147,10 +147,12 @@ func (f *openaiFilter) sniffUsage(data []byte) {
 		return
 	}
 	var v struct {
-		Usage *usage `json:"usage"`
+		Usage json.RawMessage `json:"usage"`
 	}
-	if json.Unmarshal(data, &v) == nil && v.Usage != nil {
-		f.prompt = v.Usage.PromptTokens
+	if json.Unmarshal(data, &v) == nil {
+		if n := usageInput(FormatOpenAI, v.Usage); n > 0 {
+			f.prompt = n
+		}
 	}
 }
 
@@ -341,7 +343,7 @@ type anthropicEvent struct {
 	ContentBlock json.RawMessage `json:"content_block"`
 	Delta        json.RawMessage `json:"delta"`
 	Message      *struct {
-		Usage *usage `json:"usage"`
+		Usage json.RawMessage `json:"usage"`
 	} `json:"message"`
 }
 
@@ -350,8 +352,8 @@ func (f *anthropicFilter) event(ev sse.Event) []byte {
 	if !f.readTool {
 		if name == "message_start" {
 			var e anthropicEvent
-			if json.Unmarshal(ev.Data, &e) == nil && e.Message != nil && e.Message.Usage != nil {
-				f.prompt = e.Message.Usage.input(FormatAnthropic)
+			if json.Unmarshal(ev.Data, &e) == nil && e.Message != nil {
+				f.prompt = usageInput(FormatAnthropic, e.Message.Usage)
 			}
 		}
 		return ev.Raw
@@ -368,8 +370,8 @@ func (f *anthropicFilter) event(ev sse.Event) []byte {
 	}
 	switch name {
 	case "message_start":
-		if e.Message != nil && e.Message.Usage != nil {
-			f.prompt = e.Message.Usage.input(FormatAnthropic)
+		if e.Message != nil {
+			f.prompt = usageInput(FormatAnthropic, e.Message.Usage)
 		}
 		if f.round > 0 {
 			return nil

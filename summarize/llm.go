@@ -20,12 +20,7 @@ import (
 
 	"github.com/ctxmgr/ctxmgr/internal/redact"
 	"github.com/ctxmgr/ctxmgr/provider"
-)
-
-// Wire formats of LLMOptions.Format.
-const (
-	FormatOpenAI    = "openai"
-	FormatAnthropic = "anthropic"
+	"github.com/ctxmgr/ctxmgr/wire"
 )
 
 // AnthropicVersion is the anthropic-version header sent with Anthropic requests.
@@ -42,7 +37,7 @@ type LLMOptions struct {
 	// Format is the wire format: "openai" (default: POST {BaseURL}/chat/completions with a
 	// Bearer key) or "anthropic" (POST {BaseURL}/v1/messages with x-api-key and
 	// anthropic-version 2023-06-01).
-	Format string
+	Format wire.Format
 	// BaseURL is the API root: "https://api.openai.com/v1" for OpenAI-compatible servers,
 	// "https://api.anthropic.com" (or ".../v1") for Anthropic. Required.
 	BaseURL string
@@ -87,9 +82,9 @@ func (o LLMOptions) Validate() error {
 		return fmt.Errorf("%w: %s: %s", ErrInvalidOptions, field, fmt.Sprintf(format, args...))
 	}
 	switch o.Format {
-	case "", FormatOpenAI, FormatAnthropic:
+	case "", wire.OpenAI, wire.Anthropic:
 	default:
-		return bad("Format", "%q is not %q or %q", o.Format, FormatOpenAI, FormatAnthropic)
+		return bad("Format", "%q is not %q or %q", o.Format, wire.OpenAI, wire.Anthropic)
 	}
 	if o.BaseURL == "" {
 		return bad("BaseURL", "required")
@@ -129,7 +124,7 @@ func (o LLMOptions) Validate() error {
 // withDefaults fills the zero fields.
 func (o LLMOptions) withDefaults() LLMOptions {
 	if o.Format == "" {
-		o.Format = FormatOpenAI
+		o.Format = wire.OpenAI
 	}
 	o.BaseURL = strings.TrimRight(o.BaseURL, "/")
 	if o.Timeout == 0 {
@@ -192,7 +187,7 @@ func NewLLM(opts LLMOptions) (Summarizer, error) {
 	}
 	o := opts.withDefaults()
 	s := &llm{o: o, name: "llm:" + o.Model}
-	if o.Format == FormatAnthropic {
+	if o.Format == wire.Anthropic {
 		if strings.HasSuffix(o.BaseURL, "/v1") {
 			s.endpoint = o.BaseURL + "/messages" // "https://api.anthropic.com/v1" works too
 		} else {
@@ -331,7 +326,7 @@ type wireMsg struct {
 }
 
 func (s *llm) requestBody(system, user string) ([]byte, error) {
-	if s.o.Format == FormatAnthropic {
+	if s.o.Format == wire.Anthropic {
 		return json.Marshal(struct {
 			Model     string    `json:"model"`
 			MaxTokens int       `json:"max_tokens"`
@@ -363,7 +358,7 @@ func (s *llm) call(ctx context.Context, body []byte) (answer, error) {
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept", "application/json")
-	if s.o.Format == FormatAnthropic {
+	if s.o.Format == wire.Anthropic {
 		hreq.Header.Set("anthropic-version", AnthropicVersion)
 		if s.o.APIKey != "" {
 			hreq.Header.Set("x-api-key", s.o.APIKey)
@@ -386,10 +381,7 @@ func (s *llm) call(ctx context.Context, body []byte) (answer, error) {
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return answer{}, statusError(resp.StatusCode, data, resp.Header)
 	}
-	if s.o.Format == FormatAnthropic {
-		return parseAnthropic(data)
-	}
-	return parseOpenAI(data)
+	return parseAnswer(s.o.Format, data)
 }
 
 func (s *llm) transportError(ctx, actx context.Context, err error) error {
@@ -483,109 +475,21 @@ func malformed(err error) error {
 	return &attemptError{reason: "malformed JSON response: " + oneLine(err.Error(), 200), retry: true}
 }
 
-func parseOpenAI(data []byte) (answer, error) {
-	var r struct {
-		Choices []struct {
-			Message struct {
-				Content json.RawMessage `json:"content"`
-				Refusal string          `json:"refusal"`
-			} `json:"message"`
-			FinishReason string `json:"finish_reason"`
-		} `json:"choices"`
-		Usage *struct {
-			PromptTokens     int `json:"prompt_tokens"`
-			CompletionTokens int `json:"completion_tokens"`
-		} `json:"usage"`
-		Error json.RawMessage `json:"error"`
-	}
-	if err := json.Unmarshal(data, &r); err != nil {
-		return answer{}, malformed(err)
-	}
-	if len(r.Error) > 0 && string(r.Error) != "null" {
+// parseAnswer reads a completion (wire.DecodeResponse): its text, whether the output limit
+// cut it, and the usage it reports.
+func parseAnswer(f wire.Format, data []byte) (answer, error) {
+	r, err := wire.DecodeResponse(f, data)
+	switch {
+	case errors.Is(err, wire.ErrErrorResponse):
 		return answer{}, bodyError(data)
-	}
-	if len(r.Choices) == 0 {
-		return answer{}, &attemptError{reason: "malformed JSON response: no choices", retry: true}
-	}
-	ch := r.Choices[0]
-	var a answer
-	if ch.Message.Refusal != "" {
-		return answer{}, &attemptError{reason: "invalid answer: refusal: " + oneLine(ch.Message.Refusal, 120), retry: true}
-	}
-	text, err := contentText(ch.Message.Content)
-	if err != nil {
+	case err != nil:
 		return answer{}, malformed(err)
+	case r.Refusal != "":
+		return answer{}, &attemptError{reason: "invalid answer: refusal: " + oneLine(r.Refusal, 120), retry: true}
 	}
-	a.text = text
-	a.truncated = ch.FinishReason == "length"
-	if r.Usage != nil {
-		a.in, a.out = r.Usage.PromptTokens, r.Usage.CompletionTokens
-	}
-	return a, nil
-}
-
-// contentText reads an OpenAI message content: a string, null, or an array of text parts.
-func contentText(raw json.RawMessage) (string, error) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return "", nil
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
-		return s, nil
-	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", err
-	}
-	var b strings.Builder
-	for _, p := range parts {
-		if p.Type == "text" || p.Type == "output_text" {
-			b.WriteString(p.Text)
-		}
-	}
-	return b.String(), nil
-}
-
-func parseAnthropic(data []byte) (answer, error) {
-	var r struct {
-		Type    string `json:"type"`
-		Content []struct {
-			Type string `json:"type"`
-			Text string `json:"text"`
-		} `json:"content"`
-		StopReason string `json:"stop_reason"`
-		Usage      *struct {
-			InputTokens              int `json:"input_tokens"`
-			OutputTokens             int `json:"output_tokens"`
-			CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
-			CacheReadInputTokens     int `json:"cache_read_input_tokens"`
-		} `json:"usage"`
-		Error json.RawMessage `json:"error"`
-	}
-	if err := json.Unmarshal(data, &r); err != nil {
-		return answer{}, malformed(err)
-	}
-	if r.Type == "error" || (len(r.Error) > 0 && string(r.Error) != "null") {
-		return answer{}, bodyError(data)
-	}
-	if r.Type != "" && r.Type != "message" {
-		return answer{}, &attemptError{reason: "malformed JSON response: type " + oneLine(r.Type, 40), retry: true}
-	}
-	var a answer
-	var b strings.Builder
-	for _, c := range r.Content {
-		if c.Type == "text" {
-			b.WriteString(c.Text)
-		}
-	}
-	a.text = b.String()
-	a.truncated = r.StopReason == "max_tokens"
-	if r.Usage != nil {
-		a.in = r.Usage.InputTokens + r.Usage.CacheCreationInputTokens + r.Usage.CacheReadInputTokens
-		a.out = r.Usage.OutputTokens
+	a := answer{text: r.Text, truncated: r.Truncated}
+	if r.HasUsage {
+		a.in, a.out = r.Usage.Input, r.Usage.Output
 	}
 	return a, nil
 }

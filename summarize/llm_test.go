@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ctxmgr/ctxmgr/wire"
 )
 
 const goodAnswer = `# Conversation summary
@@ -123,14 +125,14 @@ func then(first, rest func(int, http.ResponseWriter, *http.Request)) func(int, h
 	}
 }
 
-func baseURL(format, srv string) string {
-	if format == FormatAnthropic {
+func baseURL(format wire.Format, srv string) string {
+	if format == wire.Anthropic {
 		return srv
 	}
 	return srv + "/v1"
 }
 
-func newTestLLM(t *testing.T, format, srvURL string, tweak func(*LLMOptions)) Summarizer {
+func newTestLLM(t *testing.T, format wire.Format, srvURL string, tweak func(*LLMOptions)) Summarizer {
 	t.Helper()
 	o := LLMOptions{
 		Format: format, BaseURL: baseURL(format, srvURL), APIKey: "sk-test", Model: "test-model",
@@ -153,7 +155,7 @@ func testRequest() Request {
 
 func TestLLMOpenAIGood(t *testing.T) {
 	f, srv := newFake(t, reply(200, openAIOK(goodAnswer, 1234, 321)))
-	s := newTestLLM(t, FormatOpenAI, srv.URL, nil)
+	s := newTestLLM(t, wire.OpenAI, srv.URL, nil)
 	r, err := s.Summarize(context.Background(), testRequest())
 	if err != nil {
 		t.Fatal(err)
@@ -210,7 +212,7 @@ func checkPrompt(t *testing.T, system, user string) {
 
 func TestLLMAnthropicGood(t *testing.T) {
 	f, srv := newFake(t, reply(200, anthropicOK(goodAnswer, 1000, 300)))
-	s := newTestLLM(t, FormatAnthropic, srv.URL+"/v1/", nil)
+	s := newTestLLM(t, wire.Anthropic, srv.URL+"/v1/", nil)
 	r, err := s.Summarize(context.Background(), testRequest())
 	if err != nil {
 		t.Fatal(err)
@@ -255,7 +257,7 @@ func TestLLMAnswerShapes(t *testing.T) {
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			_, srv := newFake(t, reply(200, openAIOK(c.answer, 10, 10)))
-			r, err := newTestLLM(t, FormatOpenAI, srv.URL, nil).Summarize(context.Background(), testRequest())
+			r, err := newTestLLM(t, wire.OpenAI, srv.URL, nil).Summarize(context.Background(), testRequest())
 			if err != nil || r.Fallback {
 				t.Fatalf("err %v, fallback %q", err, r.FallbackReason)
 			}
@@ -272,7 +274,7 @@ func TestLLMAnswerShapes(t *testing.T) {
 
 func TestLLMNoUsageCounted(t *testing.T) {
 	_, srv := newFake(t, reply(200, `{"choices":[{"message":{"role":"assistant","content":`+jsonString(goodAnswer)+`},"finish_reason":"stop"}]}`))
-	r, err := newTestLLM(t, FormatOpenAI, srv.URL, func(o *LLMOptions) { o.Counter = wordCounter{} }).Summarize(context.Background(), testRequest())
+	r, err := newTestLLM(t, wire.OpenAI, srv.URL, func(o *LLMOptions) { o.Counter = wordCounter{} }).Summarize(context.Background(), testRequest())
 	if err != nil || r.Fallback {
 		t.Fatal(err, r.FallbackReason)
 	}
@@ -292,7 +294,7 @@ func jsonString(s string) string {
 
 func TestLLMMaxCompletionTokens(t *testing.T) {
 	f, srv := newFake(t, reply(200, openAIOK(goodAnswer, 1, 1)))
-	_, err := newTestLLM(t, FormatOpenAI, srv.URL, func(o *LLMOptions) {
+	_, err := newTestLLM(t, wire.OpenAI, srv.URL, func(o *LLMOptions) {
 		o.MaxTokensParam = "max_completion_tokens"
 		o.Header = http.Header{"X-Title": {"ctxmgr"}}
 	}).Summarize(context.Background(), testRequest())
@@ -309,18 +311,18 @@ func TestLLMMaxCompletionTokens(t *testing.T) {
 func TestLLMRetryThenSuccess(t *testing.T) {
 	cases := []struct {
 		name   string
-		format string
+		format wire.Format
 		first  func(int, http.ResponseWriter, *http.Request)
 	}{
-		{"openai 429", FormatOpenAI, reply(429, openAI429)},
-		{"openai 500", FormatOpenAI, reply(500, openAI500)},
-		{"openai 503", FormatOpenAI, reply(503, openAI503)},
-		{"nginx 502", FormatOpenAI, reply(502, html502)},
-		{"anthropic 529", FormatAnthropic, reply(529, anth529)},
-		{"anthropic 500", FormatAnthropic, reply(500, anth500)},
-		{"greeting", FormatOpenAI, reply(200, openAIOK("Hello! How can I help you today?", 5, 9))},
-		{"malformed", FormatAnthropic, reply(200, `{"id":"msg_1","type":"message","content":[{"type":"text","text":"# Conv`)},
-		{"slow", FormatOpenAI, func(_ int, w http.ResponseWriter, r *http.Request) {
+		{"openai 429", wire.OpenAI, reply(429, openAI429)},
+		{"openai 500", wire.OpenAI, reply(500, openAI500)},
+		{"openai 503", wire.OpenAI, reply(503, openAI503)},
+		{"nginx 502", wire.OpenAI, reply(502, html502)},
+		{"anthropic 529", wire.Anthropic, reply(529, anth529)},
+		{"anthropic 500", wire.Anthropic, reply(500, anth500)},
+		{"greeting", wire.OpenAI, reply(200, openAIOK("Hello! How can I help you today?", 5, 9))},
+		{"malformed", wire.Anthropic, reply(200, `{"id":"msg_1","type":"message","content":[{"type":"text","text":"# Conv`)},
+		{"slow", wire.OpenAI, func(_ int, w http.ResponseWriter, r *http.Request) {
 			select {
 			case <-r.Context().Done():
 			case <-time.After(5 * time.Second):
@@ -330,7 +332,7 @@ func TestLLMRetryThenSuccess(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			ok := reply(200, openAIOK(goodAnswer, 100, 50))
-			if c.format == FormatAnthropic {
+			if c.format == wire.Anthropic {
 				ok = reply(200, anthropicOK(goodAnswer, 100, 50))
 			}
 			f, srv := newFake(t, then(c.first, ok))
@@ -350,25 +352,25 @@ func TestLLMFailuresFallBack(t *testing.T) {
 	oversize := goodAnswer + strings.Repeat("- `pkg/store/file.go` line with more detail about the store\n", 400)
 	cases := []struct {
 		name     string
-		format   string
+		format   wire.Format
 		respond  func(int, http.ResponseWriter, *http.Request)
 		reason   string
 		attempts int
 	}{
-		{"openai 401", FormatOpenAI, reply(401, openAI401), "HTTP 401 (auth): Incorrect API key provided", 1},
-		{"openai 400 overflow", FormatOpenAI, reply(400, openAI400), "HTTP 400 (overflow): This model's maximum context length", 1},
-		{"anthropic 401", FormatAnthropic, reply(401, anth401), "HTTP 401 (auth): invalid x-api-key", 1},
-		{"anthropic 403", FormatAnthropic, reply(403, anth403), "HTTP 403 (auth)", 1},
-		{"openai 429 always", FormatOpenAI, reply(429, openAI429), "HTTP 429 (rate_limit): Rate limit reached", 3},
-		{"anthropic 529 always", FormatAnthropic, reply(529, anth529), "HTTP 529 (server): Overloaded", 3},
-		{"502 html always", FormatOpenAI, reply(502, html502), "HTTP 502", 3},
-		{"slow", FormatAnthropic, func(_ int, w http.ResponseWriter, r *http.Request) {
+		{"openai 401", wire.OpenAI, reply(401, openAI401), "HTTP 401 (auth): Incorrect API key provided", 1},
+		{"openai 400 overflow", wire.OpenAI, reply(400, openAI400), "HTTP 400 (overflow): This model's maximum context length", 1},
+		{"anthropic 401", wire.Anthropic, reply(401, anth401), "HTTP 401 (auth): invalid x-api-key", 1},
+		{"anthropic 403", wire.Anthropic, reply(403, anth403), "HTTP 403 (auth)", 1},
+		{"openai 429 always", wire.OpenAI, reply(429, openAI429), "HTTP 429 (rate_limit): Rate limit reached", 3},
+		{"anthropic 529 always", wire.Anthropic, reply(529, anth529), "HTTP 529 (server): Overloaded", 3},
+		{"502 html always", wire.OpenAI, reply(502, html502), "HTTP 502", 3},
+		{"slow", wire.Anthropic, func(_ int, w http.ResponseWriter, r *http.Request) {
 			select {
 			case <-r.Context().Done():
 			case <-time.After(5 * time.Second):
 			}
 		}, "timeout after 150ms", 3},
-		{"slow body", FormatOpenAI, func(_ int, w http.ResponseWriter, r *http.Request) {
+		{"slow body", wire.OpenAI, func(_ int, w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(200)
 			io.WriteString(w, `{"choices":[`)
 			w.(http.Flusher).Flush()
@@ -377,27 +379,27 @@ func TestLLMFailuresFallBack(t *testing.T) {
 			case <-time.After(5 * time.Second):
 			}
 		}, "timeout", 3},
-		{"empty content", FormatOpenAI, reply(200, openAIOK("", 10, 0)), "invalid answer: empty answer", 3},
-		{"null content", FormatOpenAI, reply(200, `{"choices":[{"index":0,"message":{"role":"assistant","content":null},"finish_reason":"stop"}]}`), "empty answer", 3},
-		{"anthropic no content", FormatAnthropic, reply(200, `{"id":"msg_1","type":"message","role":"assistant","content":[],"stop_reason":"end_turn","usage":{"input_tokens":5,"output_tokens":0}}`), "empty answer", 3},
-		{"greeting", FormatOpenAI, reply(200, openAIOK("Hello! How can I help you today?", 10, 9)), "invalid answer: greeting", 3},
-		{"greeting anthropic", FormatAnthropic, reply(200, anthropicOK("Hi there! What can I help you with?", 10, 9)), "greeting", 3},
-		{"error string", FormatOpenAI, reply(200, openAIOK("Error: rate limit exceeded, please try again later.", 10, 9)), "invalid answer: error text", 3},
-		{"sorry", FormatAnthropic, reply(200, anthropicOK("I'm sorry, but I can't help with summarizing this conversation.", 10, 9)), "error text", 3},
-		{"error preamble", FormatOpenAI, reply(200, openAIOK("Upstream provider returned: internal server error\n\n"+goodAnswer, 10, 9)), "error text", 3},
-		{"refusal", FormatOpenAI, reply(200, `{"choices":[{"message":{"role":"assistant","content":null,"refusal":"I can't assist with that."},"finish_reason":"stop"}]}`), "refusal", 3},
-		{"refusal in sections", FormatOpenAI, reply(200, openAIOK(refusalInSections("- I'm sorry, I can't help with that."), 10, 90)), "invalid answer: refusal inside a section", 3},
-		{"error in sections", FormatAnthropic, reply(200, anthropicOK(refusalInSections("- Internal Server Error"), 10, 90)), "invalid answer: error text inside a section", 3},
-		{"malformed json", FormatOpenAI, reply(200, `{"choices":[{"message":{"content":"# Conversation summary`), "malformed JSON response", 3},
-		{"html 200", FormatOpenAI, reply(200, "<html><body>Gateway</body></html>"), "malformed JSON response", 3},
-		{"no choices", FormatOpenAI, reply(200, `{"choices":[]}`), "no choices", 3},
-		{"error in 200 body", FormatOpenAI, reply(200, `{"error":{"message":"upstream overloaded, retry later","type":"server_error"}}`), "error in response body", 3},
-		{"anthropic error in 200", FormatAnthropic, reply(200, anth529), "error in response body", 3},
-		{"no headings", FormatOpenAI, reply(200, openAIOK("The user wants to fix a failing test. We ran go test and it passed after the fix.", 10, 20)), "answer without headings ## Goal", 3},
-		{"some headings", FormatAnthropic, reply(200, anthropicOK(strings.Replace(goodAnswer, "## Key Decisions", "## Decisions", 1), 10, 20)), "without headings ## Key Decisions", 3},
-		{"oversize", FormatOpenAI, reply(200, openAIOK(oversize, 10, 9000)), "oversize answer", 3},
-		{"truncated", FormatOpenAI, reply(200, strings.Replace(openAIOK(goodAnswer, 10, 777), `"finish_reason":"stop"`, `"finish_reason":"length"`, 1)), "cut at the output token limit", 3},
-		{"anthropic max_tokens", FormatAnthropic, reply(200, strings.Replace(anthropicOK(goodAnswer, 10, 777), `"stop_reason":"end_turn"`, `"stop_reason":"max_tokens"`, 1)), "cut at the output token limit", 3},
+		{"empty content", wire.OpenAI, reply(200, openAIOK("", 10, 0)), "invalid answer: empty answer", 3},
+		{"null content", wire.OpenAI, reply(200, `{"choices":[{"index":0,"message":{"role":"assistant","content":null},"finish_reason":"stop"}]}`), "empty answer", 3},
+		{"anthropic no content", wire.Anthropic, reply(200, `{"id":"msg_1","type":"message","role":"assistant","content":[],"stop_reason":"end_turn","usage":{"input_tokens":5,"output_tokens":0}}`), "empty answer", 3},
+		{"greeting", wire.OpenAI, reply(200, openAIOK("Hello! How can I help you today?", 10, 9)), "invalid answer: greeting", 3},
+		{"greeting anthropic", wire.Anthropic, reply(200, anthropicOK("Hi there! What can I help you with?", 10, 9)), "greeting", 3},
+		{"error string", wire.OpenAI, reply(200, openAIOK("Error: rate limit exceeded, please try again later.", 10, 9)), "invalid answer: error text", 3},
+		{"sorry", wire.Anthropic, reply(200, anthropicOK("I'm sorry, but I can't help with summarizing this conversation.", 10, 9)), "error text", 3},
+		{"error preamble", wire.OpenAI, reply(200, openAIOK("Upstream provider returned: internal server error\n\n"+goodAnswer, 10, 9)), "error text", 3},
+		{"refusal", wire.OpenAI, reply(200, `{"choices":[{"message":{"role":"assistant","content":null,"refusal":"I can't assist with that."},"finish_reason":"stop"}]}`), "refusal", 3},
+		{"refusal in sections", wire.OpenAI, reply(200, openAIOK(refusalInSections("- I'm sorry, I can't help with that."), 10, 90)), "invalid answer: refusal inside a section", 3},
+		{"error in sections", wire.Anthropic, reply(200, anthropicOK(refusalInSections("- Internal Server Error"), 10, 90)), "invalid answer: error text inside a section", 3},
+		{"malformed json", wire.OpenAI, reply(200, `{"choices":[{"message":{"content":"# Conversation summary`), "malformed JSON response", 3},
+		{"html 200", wire.OpenAI, reply(200, "<html><body>Gateway</body></html>"), "malformed JSON response", 3},
+		{"no choices", wire.OpenAI, reply(200, `{"choices":[]}`), "no choices", 3},
+		{"error in 200 body", wire.OpenAI, reply(200, `{"error":{"message":"upstream overloaded, retry later","type":"server_error"}}`), "error in response body", 3},
+		{"anthropic error in 200", wire.Anthropic, reply(200, anth529), "error in response body", 3},
+		{"no headings", wire.OpenAI, reply(200, openAIOK("The user wants to fix a failing test. We ran go test and it passed after the fix.", 10, 20)), "answer without headings ## Goal", 3},
+		{"some headings", wire.Anthropic, reply(200, anthropicOK(strings.Replace(goodAnswer, "## Key Decisions", "## Decisions", 1), 10, 20)), "without headings ## Key Decisions", 3},
+		{"oversize", wire.OpenAI, reply(200, openAIOK(oversize, 10, 9000)), "oversize answer", 3},
+		{"truncated", wire.OpenAI, reply(200, strings.Replace(openAIOK(goodAnswer, 10, 777), `"finish_reason":"stop"`, `"finish_reason":"length"`, 1)), "cut at the output token limit", 3},
+		{"anthropic max_tokens", wire.Anthropic, reply(200, strings.Replace(anthropicOK(goodAnswer, 10, 777), `"stop_reason":"end_turn"`, `"stop_reason":"max_tokens"`, 1)), "cut at the output token limit", 3},
 	}
 	want, err := NewExtractive(ExtractiveOptions{}).Summarize(context.Background(), testRequest())
 	if err != nil {
@@ -450,7 +452,7 @@ func TestLLMTransportErrorFallsBack(t *testing.T) {
 	srv := httptest.NewServer(http.NotFoundHandler())
 	url := srv.URL
 	srv.Close() // connection refused
-	r, err := newTestLLM(t, FormatOpenAI, url, nil).Summarize(context.Background(), testRequest())
+	r, err := newTestLLM(t, wire.OpenAI, url, nil).Summarize(context.Background(), testRequest())
 	if err != nil || !r.Fallback || r.Attempts != 3 || !strings.Contains(r.FallbackReason, "transport error") {
 		t.Errorf("err %v result %+v", err, r)
 	}
@@ -465,7 +467,7 @@ func TestLLMCanceled(t *testing.T) {
 		case <-time.After(5 * time.Second):
 		}
 	})
-	s := newTestLLM(t, FormatOpenAI, srv.URL, func(o *LLMOptions) { o.Timeout = 10 * time.Second })
+	s := newTestLLM(t, wire.OpenAI, srv.URL, func(o *LLMOptions) { o.Timeout = 10 * time.Second })
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		<-started
@@ -477,7 +479,7 @@ func TestLLMCanceled(t *testing.T) {
 	}
 	// The caller's deadline, during the backoff between attempts.
 	_, srv2 := newFake(t, reply(429, openAI429))
-	s = newTestLLM(t, FormatOpenAI, srv2.URL, func(o *LLMOptions) { o.Backoff, o.MaxBackoff = time.Hour, time.Hour })
+	s = newTestLLM(t, wire.OpenAI, srv2.URL, func(o *LLMOptions) { o.Backoff, o.MaxBackoff = time.Hour, time.Hour })
 	ctx, cancel2 := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel2()
 	if _, err := s.Summarize(ctx, testRequest()); !errors.Is(err, context.DeadlineExceeded) {
@@ -487,7 +489,7 @@ func TestLLMCanceled(t *testing.T) {
 
 func TestLLMFallbackError(t *testing.T) {
 	_, srv := newFake(t, reply(401, openAI401))
-	s := newTestLLM(t, FormatOpenAI, srv.URL, func(o *LLMOptions) { o.Fallback = failing{} })
+	s := newTestLLM(t, wire.OpenAI, srv.URL, func(o *LLMOptions) { o.Fallback = failing{} })
 	r, err := s.Summarize(context.Background(), testRequest())
 	if err == nil || r.Text != "" || !strings.Contains(err.Error(), "HTTP 401") {
 		t.Errorf("err %v result %+v", err, r)

@@ -16,6 +16,7 @@ import (
 	ctxmgr "github.com/ctxmgr/ctxmgr"
 	"github.com/ctxmgr/ctxmgr/replay"
 	"github.com/ctxmgr/ctxmgr/summarize"
+	"github.com/ctxmgr/ctxmgr/wire"
 	"github.com/ctxmgr/ctxmgr/tokens"
 )
 
@@ -269,17 +270,17 @@ func replaySummarizer(cmd *cobra.Command, o *replayOptions, counter tokens.Count
 	}
 	opts := summarize.LLMOptions{Model: o.model, BaseURL: o.baseURL, Counter: counter}
 	keyEnv := o.keyEnv
-	switch strings.ToLower(o.summarizer) {
-	case summarize.FormatOpenAI:
-		opts.Format = summarize.FormatOpenAI
+	switch wire.Format(strings.ToLower(o.summarizer)) {
+	case wire.OpenAI:
+		opts.Format = wire.OpenAI
 		if opts.BaseURL == "" {
 			opts.BaseURL = "https://api.openai.com/v1"
 		}
 		if !cmd.Flags().Changed("key-env") {
 			keyEnv = "OPENAI_API_KEY"
 		}
-	case summarize.FormatAnthropic:
-		opts.Format = summarize.FormatAnthropic
+	case wire.Anthropic:
+		opts.Format = wire.Anthropic
 		if opts.BaseURL == "" {
 			opts.BaseURL = "https://api.anthropic.com"
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ctxmgr/ctxmgr/proxy"
 	"github.com/ctxmgr/ctxmgr/summarize"
+	"github.com/ctxmgr/ctxmgr/wire"
 	"github.com/ctxmgr/ctxmgr/tokens"
 )
 
@@ -93,11 +94,11 @@ func serveSummarizer(cmd *cobra.Command, o *summarizerOptions, upstreamOpenAI, u
 		}
 		return nil, "extractive", nil
 	}
-	format := strings.ToLower(o.format)
+	format := wire.Format(strings.ToLower(o.format))
 	if format == "" {
-		format = summarize.FormatOpenAI
+		format = wire.OpenAI
 		if upstreamOpenAI == "" && upstreamAnthropic != "" {
-			format = summarize.FormatAnthropic
+			format = wire.Anthropic
 		}
 	}
 	opts := summarize.LLMOptions{Model: o.model, BaseURL: o.url, Timeout: o.timeout, Logger: logger}
@@ -106,8 +107,8 @@ func serveSummarizer(cmd *cobra.Command, o *summarizerOptions, upstreamOpenAI, u
 		o.noKey = keyEnv == ""
 	}
 	switch format {
-	case summarize.FormatOpenAI:
-		opts.Format = summarize.FormatOpenAI
+	case wire.OpenAI:
+		opts.Format = wire.OpenAI
 		if opts.BaseURL == "" && upstreamOpenAI != "" {
 			opts.BaseURL = strings.TrimSuffix(upstreamOpenAI, "/")
 			if !strings.HasSuffix(opts.BaseURL, "/v1") {
@@ -117,8 +118,8 @@ func serveSummarizer(cmd *cobra.Command, o *summarizerOptions, upstreamOpenAI, u
 		if keyEnv == "" && !o.noKey {
 			keyEnv = "OPENAI_API_KEY"
 		}
-	case summarize.FormatAnthropic:
-		opts.Format = summarize.FormatAnthropic
+	case wire.Anthropic:
+		opts.Format = wire.Anthropic
 		if opts.BaseURL == "" {
 			opts.BaseURL = upstreamAnthropic
 		}
