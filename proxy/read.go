@@ -113,7 +113,7 @@ func (s *Server) answerRead(ctx context.Context, id string, mgr *managed, sess *
 					return "ctxmgr_read: " + err.Error(), true
 				}
 				for i := range msgs {
-					renderMessage(&b, r[0]+i, &msgs[i])
+					renderMessage(&b, msgs[i].Pos, &msgs[i].Message)
 				}
 			}
 			full = b.String()

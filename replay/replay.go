@@ -889,7 +889,7 @@ func (lc *lostCheck) check(ctx context.Context, msgs []chat.Message, v view, evi
 		if err != nil {
 			return err
 		}
-		if len(one) != 1 || !sameStored(&one[0], &t.Messages[j], lc.d.fps[j]) {
+		if len(one) != 1 || !sameStored(&one[0].Message, &t.Messages[j], lc.d.fps[j]) {
 			lc.lost[j] = true
 		}
 		delete(lc.pending, j)
@@ -899,27 +899,16 @@ func (lc *lostCheck) check(ctx context.Context, msgs []chat.Message, v view, evi
 		if err != nil {
 			return err
 		}
-		if len(arch) != evicted-lc.archived {
-			// Gaps: look position by position.
-			arch = nil
+		byPos := make(map[int]*chat.Message, len(arch))
+		for i := range arch {
+			byPos[arch[i].Pos] = &arch[i].Message
 		}
 		for j := lc.archived; j < evicted; j++ {
 			if j == v.pinned {
 				lc.pending[j] = true
 				continue
 			}
-			var got *chat.Message
-			if arch != nil {
-				got = &arch[j-lc.archived]
-			} else {
-				one, err := lc.st.ReadArchive(ctx, lc.s.ID(), j, j+1)
-				if err != nil {
-					return err
-				}
-				if len(one) == 1 {
-					got = &one[0]
-				}
-			}
+			got := byPos[j]
 			if got == nil || !sameStored(got, &t.Messages[j], lc.d.fps[j]) {
 				lc.lost[j] = true
 			}

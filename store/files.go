@@ -845,7 +845,7 @@ func (f *Files) Archive(ctx context.Context, session string, first int, msgs []c
 // ReadArchive implements Store: the archived messages with positions in [from, to), in
 // position order (positions never archived are simply absent); none (nil error) for an
 // unknown session or an empty range.
-func (f *Files) ReadArchive(ctx context.Context, session string, from, to int) ([]chat.Message, error) {
+func (f *Files) ReadArchive(ctx context.Context, session string, from, to int) ([]Archived, error) {
 	if err := f.begin(ctx, session); err != nil {
 		return nil, err
 	}
@@ -875,7 +875,7 @@ func (f *Files) ReadArchive(ctx context.Context, session string, from, to int) (
 		}
 	}
 	sort.Ints(idx)
-	out := make([]chat.Message, 0, len(idx))
+	out := make([]Archived, 0, len(idx))
 	files := map[string]*os.File{}
 	defer func() {
 		for _, fh := range files {
@@ -899,7 +899,7 @@ func (f *Files) ReadArchive(ctx context.Context, session string, from, to int) (
 		if err := json.Unmarshal(line, &l); err != nil {
 			return nil, fmt.Errorf("store: %s at byte %d: %w", fh.Name(), ref.off, err)
 		}
-		out = append(out, l.Message)
+		out = append(out, Archived{Pos: i, Message: l.Message})
 	}
 	return out, nil
 }

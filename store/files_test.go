@@ -139,7 +139,7 @@ func TestFilesLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	storetest.EqualMessages(t, "ReadArchive across days", arch, storetest.RoundTrip(t, history))
+	storetest.EqualMessages(t, "ReadArchive across days", storetest.ArchivedMessages(arch), storetest.RoundTrip(t, history))
 
 	exp := clock.Now().Add(time.Hour)
 	o, err := s.Offload(ctx, "sess-1", "call_1", "a\nb\n", exp)
@@ -342,7 +342,7 @@ func TestFilesTornLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	storetest.EqualMessages(t, "final archive", arch, want[:6])
+	storetest.EqualMessages(t, "final archive", storetest.ArchivedMessages(arch), want[:6])
 	sums, err := s.Summaries(ctx, "t")
 	if err != nil || len(sums) != 3 || sums[2].Text != "three" {
 		t.Fatalf("Summaries: %+v, %v", sums, err)

@@ -268,7 +268,7 @@ func (m *Memory) Archive(ctx context.Context, session string, first int, msgs []
 // ReadArchive implements Store: the archived messages with positions in [from, to), in
 // position order (positions never archived are simply absent); none (nil error) for an
 // unknown session or an empty range.
-func (m *Memory) ReadArchive(ctx context.Context, session string, from, to int) ([]chat.Message, error) {
+func (m *Memory) ReadArchive(ctx context.Context, session string, from, to int) ([]Archived, error) {
 	if err := m.begin(ctx, session); err != nil {
 		return nil, err
 	}
@@ -284,9 +284,9 @@ func (m *Memory) ReadArchive(ctx context.Context, session string, from, to int) 
 		}
 	}
 	sort.Ints(idx)
-	out := make([]chat.Message, 0, len(idx))
+	out := make([]Archived, 0, len(idx))
 	for _, i := range idx {
-		out = append(out, cloneMessage(s.archive[i]))
+		out = append(out, Archived{Pos: i, Message: cloneMessage(s.archive[i])})
 	}
 	return out, nil
 }

@@ -101,10 +101,10 @@ type Store interface {
 	// first+1, ...; archiving the same position again is a no-op (idempotent retries). It
 	// returns where the archive is. first must not be negative.
 	Archive(ctx context.Context, session string, first int, msgs []chat.Message) (Location, error)
-	// ReadArchive returns archived messages with positions in [from, to); to < 0: all. They
-	// come in position order; positions never archived are absent; an unknown session has
-	// none and no error.
-	ReadArchive(ctx context.Context, session string, from, to int) ([]chat.Message, error)
+	// ReadArchive returns the archived messages with positions in [from, to) (to < 0: all),
+	// each with its position, in position order; positions never archived are absent; an
+	// unknown session has none and no error.
+	ReadArchive(ctx context.Context, session string, from, to int) ([]Archived, error)
 
 	// Offload stores a tool result's full text under key (a tool call id or similar); storing
 	// the same key again keeps the first text (a re-truncation refers to the same result)
@@ -129,6 +129,12 @@ type Store interface {
 	Cleanup(ctx context.Context, now time.Time) (int, error)
 	// Close releases resources. Later calls return ErrClosed.
 	Close() error
+}
+
+// Archived is an archived message with its history position.
+type Archived struct {
+	Pos     int
+	Message chat.Message
 }
 
 // Pruner is implemented by stores that can delete whole sessions; every store in this module

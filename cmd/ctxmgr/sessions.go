@@ -67,11 +67,6 @@ func openExisting(ctx context.Context, spec string) (store.Store, error) {
 	return openStore(ctx, spec, false)
 }
 
-// archivedPositioner is implemented by the stores that can list archived positions directly.
-type archivedPositioner interface {
-	ArchivedPositions(ctx context.Context, session string) ([]int, error)
-}
-
 func newSessionsCmd() *cobra.Command {
 	var spec string
 	cmd := &cobra.Command{
@@ -225,38 +220,6 @@ type exportLine struct {
 	Message  *chat.Message `json:"message"`
 }
 
-// archivedPositions returns the session's archived positions, ascending: directly when the
-// store can list them, else by reading the archive position by position.
-func archivedPositions(ctx context.Context, st store.Store, id string, n int) ([]int, error) {
-	if ap, ok := st.(archivedPositioner); ok {
-		return ap.ArchivedPositions(ctx, id)
-	}
-	all, err := st.ReadArchive(ctx, id, 0, -1)
-	if err != nil || len(all) == 0 {
-		return nil, err
-	}
-	var out []int
-	for p := 0; len(out) < len(all); p++ {
-		if p >= n {
-			// Archived positions past the history: find them without probing forever.
-			rest, err := st.ReadArchive(ctx, id, p, -1)
-			if err != nil {
-				return nil, err
-			}
-			if len(rest) == 0 {
-				break
-			}
-		}
-		got, err := st.ReadArchive(ctx, id, p, p+1)
-		if err != nil {
-			return nil, err
-		}
-		if len(got) == 1 {
-			out = append(out, p)
-		}
-	}
-	return out, nil
-}
 
 func newSessionsExportCmd(spec *string) *cobra.Command {
 	var output string
@@ -280,13 +243,13 @@ included, verbatim and in order, one JSON object a line:
 				if err != nil {
 					return err
 				}
-				positions, err := archivedPositions(ctx, st, id, len(msgs))
+				arch, err := st.ReadArchive(ctx, id, 0, -1)
 				if err != nil {
 					return err
 				}
-				archived := make(map[int]bool, len(positions))
-				for _, p := range positions {
-					archived[p] = true
+				archived := make(map[int]bool, len(arch))
+				for _, a := range arch {
+					archived[a.Pos] = true
 				}
 				var w io.Writer = cmd.OutOrStdout()
 				var f *os.File
@@ -305,18 +268,12 @@ included, verbatim and in order, one JSON object a line:
 				}
 				// Archived positions past the history (not written by ctxmgr itself, but kept
 				// by the store) are exported too rather than dropped.
-				for _, p := range positions {
-					if p < len(msgs) {
+				for i := range arch {
+					if arch[i].Pos < len(msgs) {
 						continue
 					}
-					got, err := st.ReadArchive(ctx, id, p, p+1)
-					if err != nil {
+					if err := enc.Encode(exportLine{Pos: arch[i].Pos, Archived: true, Message: &arch[i].Message}); err != nil {
 						return err
-					}
-					for i := range got {
-						if err := enc.Encode(exportLine{Pos: p, Archived: true, Message: &got[i]}); err != nil {
-							return err
-						}
 					}
 				}
 				if f != nil {

@@ -522,7 +522,7 @@ func (s *Store) Archive(ctx context.Context, session string, first int, msgs []c
 }
 
 // ReadArchive implements store.Store.
-func (s *Store) ReadArchive(ctx context.Context, session string, from, to int) ([]chat.Message, error) {
+func (s *Store) ReadArchive(ctx context.Context, session string, from, to int) ([]store.Archived, error) {
 	if err := s.begin(ctx, session); err != nil {
 		return nil, err
 	}
@@ -531,28 +531,32 @@ func (s *Store) ReadArchive(ctx context.Context, session string, from, to int) (
 		to = math.MaxInt64
 	}
 	if from >= to {
-		return []chat.Message{}, nil
+		return []store.Archived{}, nil
 	}
-	msgs, err := s.readBodies(ctx, `SELECT body FROM archive WHERE session = $1 AND pos >= $2 AND pos < $3 ORDER BY pos`, session, from, to)
-	return msgs, wrap(ctx, "read archive", err)
+	out, err := s.readArchived(ctx, session, from, to)
+	return out, wrap(ctx, "read archive", err)
 }
 
-// ArchivedPositions returns the history positions that are archived, ascending; none for an
-// unknown session.
-func (s *Store) ArchivedPositions(ctx context.Context, session string) ([]int, error) {
-	if err := s.begin(ctx, session); err != nil {
+// readArchived reads the archive rows of session with positions in [from, to).
+func (s *Store) readArchived(ctx context.Context, session string, from, to int) ([]store.Archived, error) {
+	rows, err := s.pool.Query(ctx, `SELECT pos, body FROM archive WHERE session = $1 AND pos >= $2 AND pos < $3 ORDER BY pos`, session, from, to)
+	if err != nil {
 		return nil, err
 	}
-	defer s.end()
-	rows, err := s.pool.Query(ctx, `SELECT pos FROM archive WHERE session = $1 ORDER BY pos`, session)
-	if err != nil {
-		return nil, wrap(ctx, "archived positions", err)
+	defer rows.Close()
+	out := []store.Archived{}
+	for rows.Next() {
+		var a store.Archived
+		var body []byte
+		if err := rows.Scan(&a.Pos, &body); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(body, &a.Message); err != nil {
+			return nil, fmt.Errorf("decode stored message: %w", err)
+		}
+		out = append(out, a)
 	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[int])
-	if out == nil {
-		out = []int{}
-	}
-	return out, wrap(ctx, "archived positions", err)
+	return out, rows.Err()
 }
 
 // expiresLayout formats expiry times so that they compare as text.

@@ -551,7 +551,7 @@ func (s *Store) Archive(ctx context.Context, session string, first int, msgs []c
 }
 
 // ReadArchive implements store.Store.
-func (s *Store) ReadArchive(ctx context.Context, session string, from, to int) ([]chat.Message, error) {
+func (s *Store) ReadArchive(ctx context.Context, session string, from, to int) ([]store.Archived, error) {
 	if err := s.begin(ctx, session); err != nil {
 		return nil, err
 	}
@@ -560,33 +560,32 @@ func (s *Store) ReadArchive(ctx context.Context, session string, from, to int) (
 		to = math.MaxInt64
 	}
 	if from >= to {
-		return []chat.Message{}, nil
+		return []store.Archived{}, nil
 	}
-	msgs, err := s.readBodies(ctx, `SELECT body FROM archive WHERE session = ? AND pos >= ? AND pos < ? ORDER BY pos`, session, from, to)
-	return msgs, ctxErr(ctx, "read archive", err)
+	out, err := s.readArchived(ctx, session, from, to)
+	return out, ctxErr(ctx, "read archive", err)
 }
 
-// ArchivedPositions returns the history positions that are archived, ascending; none for an
-// unknown session.
-func (s *Store) ArchivedPositions(ctx context.Context, session string) ([]int, error) {
-	if err := s.begin(ctx, session); err != nil {
+// readArchived reads the archive rows of session with positions in [from, to).
+func (s *Store) readArchived(ctx context.Context, session string, from, to int) ([]store.Archived, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT pos, body FROM archive WHERE session = ? AND pos >= ? AND pos < ? ORDER BY pos`, session, from, to)
+	if err != nil {
 		return nil, err
 	}
-	defer s.end()
-	rows, err := s.r.QueryContext(ctx, `SELECT pos FROM archive WHERE session = ? ORDER BY pos`, session)
-	if err != nil {
-		return nil, ctxErr(ctx, "archived positions", err)
-	}
 	defer rows.Close()
-	out := []int{}
+	out := []store.Archived{}
 	for rows.Next() {
-		var p int
-		if err := rows.Scan(&p); err != nil {
-			return nil, ctxErr(ctx, "archived positions", err)
+		var a store.Archived
+		var body []byte
+		if err := rows.Scan(&a.Pos, &body); err != nil {
+			return nil, err
 		}
-		out = append(out, p)
+		if a.Message, err = decodeMessage(body); err != nil {
+			return nil, err
+		}
+		out = append(out, a)
 	}
-	return out, ctxErr(ctx, "archived positions", rows.Err())
+	return out, rows.Err()
 }
 
 // expiresLayout formats expiry times so that they compare as text.

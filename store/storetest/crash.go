@@ -175,12 +175,12 @@ func RunCrash(t *testing.T, opts CrashOptions) {
 			t.Fatalf("round %d: ReadArchive: %v", round, err)
 		}
 		last := -1
-		for _, m := range arch {
-			i, _ := strconv.Atoi(m.Meta["i"])
-			if i <= last || i >= n {
-				t.Fatalf("round %d: archived position %d after %d (history %d)", round, i, last, n)
+		for _, a := range arch {
+			i, _ := strconv.Atoi(a.Message.Meta["i"])
+			if i <= last || i >= n || a.Pos != i {
+				t.Fatalf("round %d: archived position %d (message %d) after %d (history %d)", round, a.Pos, i, last, n)
 			}
-			EqualMessages(t, "archived", []chat.Message{m}, RoundTrip(t, []chat.Message{CrashMessage(i)}))
+			EqualMessages(t, "archived", []chat.Message{a.Message}, RoundTrip(t, []chat.Message{CrashMessage(i)}))
 			last = i
 		}
 		for i := 0; i < n; i++ {

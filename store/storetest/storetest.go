@@ -259,7 +259,7 @@ func testRoundTrip(t *testing.T, s store.Store) {
 	if err != nil {
 		t.Fatalf("ReadArchive: %v", err)
 	}
-	EqualMessages(t, "ReadArchive", got, want)
+	EqualMessages(t, "ReadArchive", ArchivedMessages(got), want)
 }
 
 // smallKinds is Kinds without the 1 MiB message, for subtests that read it many times.
@@ -316,12 +316,15 @@ func testCopies(t *testing.T, s store.Store) {
 	if err != nil {
 		t.Fatalf("ReadArchive: %v", err)
 	}
-	mutate(arch)
+	mutate(ArchivedMessages(arch))
+	for i := range arch {
+		mutate([]chat.Message{arch[i].Message})
+	}
 	arch, err = s.ReadArchive(ctx, "cp", 0, -1)
 	if err != nil {
 		t.Fatalf("ReadArchive: %v", err)
 	}
-	EqualMessages(t, "ReadArchive after mutating output", arch, want)
+	EqualMessages(t, "ReadArchive after mutating output", ArchivedMessages(arch), want)
 }
 
 func testUnencodable(t *testing.T, s store.Store) {
@@ -543,7 +546,14 @@ func testArchive(t *testing.T, s store.Store) {
 		if err != nil {
 			t.Fatalf("ReadArchive(%d, %d): %v", from, to, err)
 		}
-		return got
+		// Each message comes with its position: the messages archived are texts of their
+		// position ("a 7" at 7).
+		for _, a := range got {
+			if text := a.Message.Text(); text != fmt.Sprintf("a %d", a.Pos) {
+				t.Fatalf("ReadArchive(%d, %d): position %d holds %q", from, to, a.Pos, text)
+			}
+		}
+		return ArchivedMessages(got)
 	}
 	if got := read(0, -1); len(got) != 0 {
 		t.Fatalf("ReadArchive of an unknown session: %d messages", len(got))
@@ -937,7 +947,7 @@ func testReopen(t *testing.T, s store.Store, reopen func(t *testing.T, old store
 		if err != nil {
 			t.Fatalf("ReadArchive: %v", err)
 		}
-		EqualMessages(t, "ReadArchive after reopen", arch, want[:6])
+		EqualMessages(t, "ReadArchive after reopen", ArchivedMessages(arch), want[:6])
 		if st, err := s.State(ctx, "ro"); err != nil || string(st) != `{"start":4}` {
 			t.Fatalf("State after reopen: %q, %v", st, err)
 		}
@@ -1175,4 +1185,13 @@ func testEventsAndConfig(t *testing.T, s store.Store) {
 	if evs, _ := er.Events(ctx, "new"); len(evs) != 2 {
 		t.Fatalf("the kept session has %d events", len(evs))
 	}
+}
+
+// ArchivedMessages returns the messages of arch, in its order.
+func ArchivedMessages(arch []store.Archived) []chat.Message {
+	out := make([]chat.Message, len(arch))
+	for i := range arch {
+		out[i] = arch[i].Message
+	}
+	return out
 }

@@ -83,10 +83,10 @@ func RunTwoHandles(t *testing.T, a, b store.Store) {
 			t.Fatalf("store %d: archive %d, %v; want 10", k, len(arch), err)
 		}
 		// One archiver wrote all ten positions; every other call found them archived.
-		owner := strings.TrimSuffix(arch[0].Text(), " 0")
-		for i, m := range arch {
-			if m.Text() != fmt.Sprintf("%s %d", owner, i) {
-				t.Fatalf("store %d: archive %d is %q, want %q", k, i, m.Text(), fmt.Sprintf("%s %d", owner, i))
+		owner := strings.TrimSuffix(arch[0].Message.Text(), " 0")
+		for i, a := range arch {
+			if a.Pos != i || a.Message.Text() != fmt.Sprintf("%s %d", owner, i) {
+				t.Fatalf("store %d: archive %d is %d %q, want %q", k, i, a.Pos, a.Message.Text(), fmt.Sprintf("%s %d", owner, i))
 			}
 		}
 		sums, err := s.Summaries(ctx, "shared")
