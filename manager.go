@@ -96,11 +96,9 @@ func (m *Manager) emit(s *Session, ev Event) {
 	if m.cfg.OnEvent != nil {
 		m.cfg.OnEvent(ev)
 	}
-	if ea, ok := m.cfg.Store.(store.EventAppender); ok {
-		if b, err := json.Marshal(ev); err == nil {
-			if err := ea.AppendEvent(context.Background(), s.id, string(ev.Step), b); err != nil {
-				m.log.Warn("ctxmgr: storing event failed", slog.String("session", s.id), slog.String("error", err.Error()))
-			}
+	if b, err := json.Marshal(ev); err == nil {
+		if err := m.cfg.Store.AppendEvent(context.Background(), s.id, string(ev.Step), b); err != nil {
+			m.log.Warn("ctxmgr: storing event failed", slog.String("session", s.id), slog.String("error", err.Error()))
 		}
 	}
 	attrs := []slog.Attr{slog.String("session", s.id), slog.String("reason", ev.Reason),

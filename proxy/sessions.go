@@ -293,10 +293,6 @@ func (s *Server) load(ctx context.Context, ps *psession, m *managed, key manager
 // session is given (the ctxmgr_read tool included once injected), so that `ctxmgr sessions
 // show` counts the same regions /context does; it is rewritten when they change.
 func (s *Server) snapshotConfig(ctx context.Context, id string, m *managed, key managerKey, system []chat.Message, tools []chat.Tool) {
-	cs, ok := s.cfg.Store.(store.ConfigStore)
-	if !ok {
-		return
-	}
 	c := m.m.Config()
 	snap, err := json.Marshal(map[string]any{
 		"preset": s.cfg.Preset, "window": key.window, "max_output": key.maxOutput, "counter": c.Counter.Name(),
@@ -306,7 +302,7 @@ func (s *Server) snapshotConfig(ctx context.Context, id string, m *managed, key 
 	if err != nil {
 		return
 	}
-	if err := cs.PutConfig(ctx, id, key.counter, snap); err != nil {
+	if err := s.cfg.Store.PutConfig(ctx, id, key.counter, snap); err != nil {
 		s.cfg.Logger.Warn("proxy: storing the session's config snapshot failed", slog.String("session", id), slog.String("error", err.Error()))
 	}
 }

@@ -37,6 +37,8 @@ type FileOptions struct {
 //	<dir>/sessions/<session>/tool_result/<key>.txt   an offloaded result's full text
 //	<dir>/sessions/<session>/tool_result/<key>.meta.json  its size and expiry
 //	<dir>/sessions/<session>/session.json            the session's creation time
+//	<dir>/sessions/<session>/events.jsonl            the pipeline's events, one a line
+//	<dir>/sessions/<session>/config.json             the model and configuration snapshot
 //	<dir>/sessions/<session>/.lock                   the lock file writers flock
 //
 // Directories are created 0700 and files 0600. Messages are stored as their json.Marshal
@@ -104,6 +106,8 @@ const (
 	messagesFile  = "messages.jsonl"
 	summariesFile = "summaries.jsonl"
 	stateFile     = "state.json"
+	eventsFile    = "events.jsonl"
+	configFile    = "config.json"
 	sessionFile   = "session.json"
 	lockFile      = ".lock"
 	dialogDir     = "dialog"
@@ -113,10 +117,7 @@ const (
 	tmpPrefix     = ".tmp-"
 )
 
-var (
-	_ Store  = (*Files)(nil)
-	_ Pruner = (*Files)(nil)
-)
+var _ Store = (*Files)(nil)
 
 // OpenFiles opens (creating it 0700 if needed) the file store in dir. Nothing is read until a
 // session is used.
@@ -629,7 +630,7 @@ func (s *fileSession) info(ctx context.Context) (SessionInfo, bool, error) {
 			updated = fi.ModTime()
 		}
 	}
-	for _, name := range []string{sessionFile, messagesFile, summariesFile, stateFile, toolResultDir} {
+	for _, name := range []string{sessionFile, messagesFile, summariesFile, stateFile, configFile, toolResultDir} {
 		newest(s.path(name))
 	}
 	if entries, err := os.ReadDir(s.path(dialogDir)); err == nil {
@@ -728,6 +729,157 @@ func (f *Files) PutState(ctx context.Context, session string, state []byte) erro
 		return err
 	}
 	return syncDir(s.dir)
+}
+
+// fileEvent is a line of events.jsonl.
+type fileEvent struct {
+	At   time.Time `json:"at"`
+	Kind string    `json:"kind"`
+	Body []byte    `json:"body"`
+}
+
+// AppendEvent implements Store: a line of events.jsonl in the session directory, appended and
+// fsynced. An event's id is its line number (torn lines left by a crash are not counted).
+func (f *Files) AppendEvent(ctx context.Context, session, kind string, body []byte) error {
+	if err := f.begin(ctx, session); err != nil {
+		return err
+	}
+	defer f.end()
+	s, err := f.session(session)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	unlock, err := f.beginWrite(ctx, s)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	line, err := json.Marshal(fileEvent{At: f.now(), Kind: kind, Body: body})
+	if err != nil {
+		return err
+	}
+	path := s.path(eventsFile)
+	var size int64
+	if fi, err := os.Stat(path); err == nil {
+		size = fi.Size()
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	line = append(line, '\n')
+	if size > 0 {
+		// A line torn by a crash stays on its own, ignored by Events.
+		if last, err := lastByte(path, size); err != nil {
+			return err
+		} else if last != '\n' {
+			line = append([]byte{'\n'}, line...)
+		}
+	}
+	return appendSync(path, line, size)
+}
+
+// lastByte returns the byte at size-1 of the file at path.
+func lastByte(path string, size int64) (byte, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer fh.Close()
+	var b [1]byte
+	if _, err := fh.ReadAt(b[:], size-1); err != nil {
+		return 0, err
+	}
+	return b[0], nil
+}
+
+// Events implements Store.
+func (f *Files) Events(ctx context.Context, session string) ([]Event, error) {
+	if err := f.begin(ctx, session); err != nil {
+		return nil, err
+	}
+	defer f.end()
+	s, err := f.session(session)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, err := os.ReadFile(s.path(eventsFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return []Event{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := []Event{}
+	for _, l := range strings.Split(string(b), "\n") {
+		var e fileEvent
+		if l == "" || json.Unmarshal([]byte(l), &e) != nil {
+			continue
+		}
+		out = append(out, Event{ID: int64(len(out) + 1), At: e.At, Kind: e.Kind, Body: e.Body})
+	}
+	return out, nil
+}
+
+// fileConfig is config.json.
+type fileConfig struct {
+	Model  string `json:"model"`
+	Config []byte `json:"config"`
+}
+
+// PutConfig implements Store: config.json in the session directory, replaced atomically.
+func (f *Files) PutConfig(ctx context.Context, session, model string, config []byte) error {
+	if err := f.begin(ctx, session); err != nil {
+		return err
+	}
+	defer f.end()
+	s, err := f.session(session)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	unlock, err := f.beginWrite(ctx, s)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	b, err := json.Marshal(fileConfig{Model: model, Config: config})
+	if err != nil {
+		return err
+	}
+	if err := writeFileAtomic(s.dir, configFile, b); err != nil {
+		return err
+	}
+	return syncDir(s.dir)
+}
+
+// Config implements Store.
+func (f *Files) Config(ctx context.Context, session string) (string, []byte, error) {
+	if err := f.begin(ctx, session); err != nil {
+		return "", nil, err
+	}
+	defer f.end()
+	s, err := f.session(session)
+	if err != nil {
+		return "", nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, err := os.ReadFile(s.path(configFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil, nil
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	var c fileConfig
+	if err := json.Unmarshal(b, &c); err != nil {
+		return "", nil, fmt.Errorf("store: %s: %w", s.path(configFile), err)
+	}
+	return c.Model, c.Config, nil
 }
 
 // State implements Store.

@@ -27,6 +27,7 @@ type Memory struct {
 	mu       sync.Mutex
 	closed   bool
 	sessions map[string]*memSession
+	eventID  int64 // the last event id, across sessions (ids only grow)
 }
 
 type memSession struct {
@@ -36,6 +37,9 @@ type memSession struct {
 	archive          map[int]chat.Message
 	offloads         map[string]*memOffload
 	state            []byte
+	events           []Event
+	model            string
+	config           []byte
 }
 
 type memOffload struct {
@@ -43,10 +47,7 @@ type memOffload struct {
 	text string
 }
 
-var (
-	_ Store  = (*Memory)(nil)
-	_ Pruner = (*Memory)(nil)
-)
+var _ Store = (*Memory)(nil)
 
 // NewMemory returns an empty in-memory store.
 func NewMemory() *Memory {
@@ -209,6 +210,59 @@ func (m *Memory) PutState(ctx context.Context, session string, state []byte) err
 	ss.state = append([]byte(nil), state...)
 	ss.updated = time.Now()
 	return nil
+}
+
+// AppendEvent implements Store.
+func (m *Memory) AppendEvent(ctx context.Context, session, kind string, body []byte) error {
+	if err := m.begin(ctx, session); err != nil {
+		return err
+	}
+	defer m.mu.Unlock()
+	ss := m.session(session, true)
+	m.eventID++
+	ss.events = append(ss.events, Event{ID: m.eventID, At: time.Now(), Kind: kind, Body: append([]byte(nil), body...)})
+	return nil
+}
+
+// Events implements Store.
+func (m *Memory) Events(ctx context.Context, session string) ([]Event, error) {
+	if err := m.begin(ctx, session); err != nil {
+		return nil, err
+	}
+	defer m.mu.Unlock()
+	out := []Event{}
+	if ss := m.sessions[session]; ss != nil {
+		for _, e := range ss.events {
+			e.Body = append([]byte(nil), e.Body...)
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+// PutConfig implements Store.
+func (m *Memory) PutConfig(ctx context.Context, session, model string, config []byte) error {
+	if err := m.begin(ctx, session); err != nil {
+		return err
+	}
+	defer m.mu.Unlock()
+	ss := m.session(session, true)
+	ss.model, ss.config = model, append([]byte(nil), config...)
+	ss.updated = time.Now()
+	return nil
+}
+
+// Config implements Store.
+func (m *Memory) Config(ctx context.Context, session string) (string, []byte, error) {
+	if err := m.begin(ctx, session); err != nil {
+		return "", nil, err
+	}
+	defer m.mu.Unlock()
+	ss := m.sessions[session]
+	if ss == nil || ss.config == nil && ss.model == "" {
+		return "", nil, nil
+	}
+	return ss.model, append([]byte(nil), ss.config...), nil
 }
 
 // State implements Store.

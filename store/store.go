@@ -127,6 +127,28 @@ type Store interface {
 	// Cleanup removes offloaded results whose retention ended before now (Expires set and
 	// before now) and returns how many.
 	Cleanup(ctx context.Context, now time.Time) (int, error)
+	// Prune deletes every session last updated before olderThan with all its data (history,
+	// summaries, archive, offloaded results, state, events and configuration) and returns
+	// what it deleted, sorted by id; with dryRun it deletes nothing and returns what it would
+	// delete. A session updated at or after olderThan is kept; a pruned id used again starts a
+	// new, empty session. It is the only way ctxmgr deletes history: nothing in the pipeline
+	// ever does.
+	Prune(ctx context.Context, olderThan time.Time, dryRun bool) ([]SessionInfo, error)
+
+	// AppendEvent records one of the Manager's pipeline events for the session (creating the
+	// session if needed, without making it newer). The Manager writes every event, best
+	// effort: a failure is logged, never returned, because events are a record, not state.
+	AppendEvent(ctx context.Context, session, kind string, body []byte) error
+	// Events returns the session's events in the order they were recorded, with increasing
+	// ids; none for an unknown session.
+	Events(ctx context.Context, session string) ([]Event, error)
+
+	// PutConfig records, next to the session (creating it if needed), the model it is managed
+	// for and a snapshot of its configuration (JSON), for operators; Config returns them as
+	// stored (empty and nil if none).
+	PutConfig(ctx context.Context, session, model string, config []byte) error
+	Config(ctx context.Context, session string) (model string, config []byte, err error)
+
 	// Close releases resources. Later calls return ErrClosed.
 	Close() error
 }
@@ -137,45 +159,12 @@ type Archived struct {
 	Message chat.Message
 }
 
-// Pruner is implemented by stores that can delete whole sessions; every store in this module
-// does. Prune deletes every session last updated before olderThan with all its data (history,
-// summaries, archive, offloaded results, state, and events and configuration where the store
-// keeps them) and returns what it deleted, sorted by id; with dryRun it deletes nothing and
-// returns what it would delete. A session updated at or after olderThan is kept; a pruned id
-// used again starts a new, empty session. It is the only way ctxmgr deletes history: nothing
-// in the pipeline ever does.
-type Pruner interface {
-	Prune(ctx context.Context, olderThan time.Time, dryRun bool) ([]SessionInfo, error)
-}
-
-// EventAppender is implemented by stores that keep the Manager's pipeline events (the SQLite
-// and PostgreSQL stores do). The Manager writes every event to such a store, best effort: a
-// failure is logged, never returned, because events are a record, not state.
-type EventAppender interface {
-	AppendEvent(ctx context.Context, session, kind string, body []byte) error
-}
-
 // Event is one recorded pipeline event.
 type Event struct {
 	ID   int64     `json:"id"`
 	At   time.Time `json:"at"`
 	Kind string    `json:"kind"`
 	Body []byte    `json:"body"`
-}
-
-// EventReader is implemented by the stores that keep events: Events returns a session's
-// events in the order they were recorded, none for an unknown session.
-type EventReader interface {
-	Events(ctx context.Context, session string) ([]Event, error)
-}
-
-// ConfigStore is implemented by stores that keep, next to a session, the model it is managed
-// for and a snapshot of its configuration (JSON), for operators: PutConfig records them
-// (creating the session if needed), Config returns them as stored (empty and nil if none).
-// Prune deletes them with the session.
-type ConfigStore interface {
-	PutConfig(ctx context.Context, session, model string, config []byte) error
-	Config(ctx context.Context, session string) (model string, config []byte, err error)
 }
 
 // MaxIDLen bounds session ids and keys.

@@ -16,8 +16,8 @@ import (
 	ctxmgr "github.com/ctxmgr/ctxmgr"
 	"github.com/ctxmgr/ctxmgr/replay"
 	"github.com/ctxmgr/ctxmgr/summarize"
-	"github.com/ctxmgr/ctxmgr/wire"
 	"github.com/ctxmgr/ctxmgr/tokens"
+	"github.com/ctxmgr/ctxmgr/wire"
 )
 
 // defaultTrajectories is where replay looks when no path is given (relative to the working

@@ -12,8 +12,8 @@ import (
 
 	"github.com/ctxmgr/ctxmgr/proxy"
 	"github.com/ctxmgr/ctxmgr/summarize"
-	"github.com/ctxmgr/ctxmgr/wire"
 	"github.com/ctxmgr/ctxmgr/tokens"
+	"github.com/ctxmgr/ctxmgr/wire"
 )
 
 // summarizerOptions are serve's --summarizer-* flags: the LLM that writes summaries.

@@ -179,14 +179,10 @@ Only the sqlite: and postgres:// stores keep events.`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withStore(cmd, *spec, func(ctx context.Context, st store.Store) error {
-				er, ok := st.(store.EventReader)
-				if !ok {
-					return fmt.Errorf("store %s does not keep events", *spec)
-				}
 				if _, err := findSession(ctx, st, args[0]); err != nil {
 					return err
 				}
-				evs, err := er.Events(ctx, args[0])
+				evs, err := st.Events(ctx, args[0])
 				if err != nil {
 					return err
 				}
@@ -219,7 +215,6 @@ type exportLine struct {
 	Archived bool          `json:"archived"`
 	Message  *chat.Message `json:"message"`
 }
-
 
 func newSessionsExportCmd(spec *string) *cobra.Command {
 	var output string
@@ -351,12 +346,8 @@ Every store supports prune (sqlite:, postgres://, files:).`,
 				return &usageError{err: err}
 			}
 			return withStore(cmd, *spec, func(ctx context.Context, st store.Store) error {
-				p, ok := st.(store.Pruner)
-				if !ok {
-					return fmt.Errorf("store %s does not support prune", *spec)
-				}
 				cut := time.Now().Add(-age)
-				infos, err := p.Prune(ctx, cut, dryRun)
+				infos, err := st.Prune(ctx, cut, dryRun)
 				if err != nil {
 					return err
 				}

@@ -16,7 +16,7 @@ import (
 )
 
 // configSnapshot is the configuration the proxy records for a session (proxy.snapshotConfig,
-// through store.ConfigStore): what `sessions show` needs to count as /context does.
+// through Store.PutConfig): what `sessions show` needs to count as /context does.
 type configSnapshot struct {
 	Preset    string         `json:"preset"`
 	Window    int            `json:"window"`
@@ -158,11 +158,7 @@ func showSession(ctx context.Context, cmd *cobra.Command, st store.Store, id, pr
 // readSnapshot returns the session's recorded configuration, if the store keeps one.
 func readSnapshot(ctx context.Context, st store.Store, id string) (configSnapshot, bool, error) {
 	var snap configSnapshot
-	cs, ok := st.(store.ConfigStore)
-	if !ok {
-		return snap, false, nil
-	}
-	key, raw, err := cs.Config(ctx, id)
+	key, raw, err := st.Config(ctx, id)
 	if err != nil {
 		return snap, false, fmt.Errorf("session %s: reading its configuration: %w", id, err)
 	}

@@ -59,11 +59,7 @@ type Store struct {
 }
 
 var (
-	_ store.Store         = (*Store)(nil)
-	_ store.Pruner        = (*Store)(nil)
-	_ store.EventAppender = (*Store)(nil)
-	_ store.EventReader   = (*Store)(nil)
-	_ store.ConfigStore   = (*Store)(nil)
+	_ store.Store = (*Store)(nil)
 )
 
 // Open connects to the database at url (a postgres:// URL or a libpq key=value string),

@@ -67,11 +67,7 @@ type Store struct {
 }
 
 var (
-	_ store.Store         = (*Store)(nil)
-	_ store.Pruner        = (*Store)(nil)
-	_ store.EventAppender = (*Store)(nil)
-	_ store.EventReader   = (*Store)(nil)
-	_ store.ConfigStore   = (*Store)(nil)
+	_ store.Store = (*Store)(nil)
 )
 
 // Open opens (creating it 0600, and its directory 0700, if needed) the SQLite database at

@@ -34,12 +34,12 @@
 //     latest summary version.
 //   - After Close every method, Close included, returns store.ErrClosed.
 //   - A canceled context makes a method fail with the context's error, storing nothing.
-//   - Prune (store.Pruner, when implemented) deletes exactly the sessions whose Updated (as
+//   - Prune deletes exactly the sessions whose Updated (as
 //     Sessions reports it) is before the cut, with everything stored for them, and returns
 //     them; a dry run deletes nothing and returns the same list; a pruned id starts afresh.
-//   - Events and configuration (store.EventAppender, store.EventReader and store.ConfigStore,
-//     when implemented): events come back in the order appended; Config returns what
-//     PutConfig stored, empty and nil for none; Prune deletes both with the session.
+//   - Events and configuration: events come back in the order appended, with increasing ids;
+//     Config returns what PutConfig stored, empty and nil for none; Prune deletes both with
+//     the session.
 //   - Concurrency: appends racing from many goroutines, each retrying on ErrConflict, store
 //     every message exactly once, each batch contiguous and each goroutine's in its order.
 package storetest
@@ -897,10 +897,14 @@ func testClosed(t *testing.T, s store.Store) {
 	check("ReadOffload", err)
 	_, err = s.Cleanup(ctx, time.Now())
 	check("Cleanup", err)
-	if p, ok := s.(store.Pruner); ok {
-		_, err = p.Prune(ctx, time.Now(), true)
-		check("Prune", err)
-	}
+	_, err = s.Prune(ctx, time.Now(), true)
+	check("Prune", err)
+	check("AppendEvent", s.AppendEvent(ctx, "cl", "compact", []byte(`{}`)))
+	_, err = s.Events(ctx, "cl")
+	check("Events", err)
+	check("PutConfig", s.PutConfig(ctx, "cl", "m", []byte(`{}`)))
+	_, _, err = s.Config(ctx, "cl")
+	check("Config", err)
 	check("Close", s.Close())
 }
 
@@ -1036,10 +1040,7 @@ func sessionInfo(t *testing.T, s store.Store, id string) store.SessionInfo {
 }
 
 func testPrune(t *testing.T, s store.Store) {
-	p, ok := s.(store.Pruner)
-	if !ok {
-		t.Skip("backend does not implement store.Pruner")
-	}
+	p := s
 	ctx := context.Background()
 	mustAppend(t, s, "old", 0, texts("old", 3))
 	if err := s.PutSummary(ctx, "old", store.Summary{Version: 1, Text: "s"}); err != nil {
@@ -1054,10 +1055,8 @@ func testPrune(t *testing.T, s store.Store) {
 	if err := s.PutState(ctx, "old", []byte(`{"v":1}`)); err != nil {
 		t.Fatal(err)
 	}
-	if ea, ok := s.(store.EventAppender); ok {
-		if err := ea.AppendEvent(ctx, "old", "compact", []byte(`{}`)); err != nil {
-			t.Fatal(err)
-		}
+	if err := s.AppendEvent(ctx, "old", "compact", []byte(`{}`)); err != nil {
+		t.Fatal(err)
 	}
 	oldInfo := sessionInfo(t, s, "old")
 	// The cut must fall strictly between the two sessions' update times, as each backend
@@ -1134,13 +1133,7 @@ func testPrune(t *testing.T, s store.Store) {
 }
 
 func testEventsAndConfig(t *testing.T, s store.Store) {
-	ea, ok1 := s.(store.EventAppender)
-	er, ok2 := s.(store.EventReader)
-	cs, ok3 := s.(store.ConfigStore)
-	p, ok4 := s.(store.Pruner)
-	if !ok1 || !ok2 || !ok3 || !ok4 {
-		t.Skip("backend does not keep events and configuration")
-	}
+	ea, er, cs, p := s, s, s, s
 	ctx := context.Background()
 	mustAppend(t, s, "old", 0, texts("old", 2))
 	if err := ea.AppendEvent(ctx, "old", "compact", []byte(`{"n":1}`)); err != nil {
