@@ -3,12 +3,10 @@ package storetest
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/ctxmgr/ctxmgr"
 	"github.com/ctxmgr/ctxmgr/chat"
 	"github.com/ctxmgr/ctxmgr/store"
 )
@@ -82,57 +80,4 @@ func BenchLoad(b *testing.B, s store.Store) {
 			b.Fatalf("%d messages, %v", len(msgs), err)
 		}
 	}
-}
-
-// BenchLoadPrepare measures what a restarted service pays for the first request of a
-// SessionLen-message session: LoadSession (history, summaries and compaction state read back,
-// tokens recounted) and then Prepare. The session is compacted once before the timer starts
-// (with the default preset its old tool results are masked), so every iteration restores a
-// compacted session, as after a restart.
-func BenchLoadPrepare(b *testing.B, st store.Store) {
-	ctx := context.Background()
-	msgs := make([]chat.Message, SessionLen)
-	for i := range msgs {
-		msgs[i] = TypicalMessage(i)
-	}
-	// End on a user turn: a trailing tool call without its result cannot be prepared.
-	msgs[SessionLen-1] = chat.TextMessage(chat.RoleUser, "and now the last step, please")
-	for at := 0; at < SessionLen; at += 200 {
-		if err := st.Append(ctx, "bench", at, msgs[at:min(at+200, SessionLen)]); err != nil {
-			b.Fatal(err)
-		}
-	}
-	system := []chat.Message{chat.TextMessage(chat.RoleSystem, "You are a coding agent.")}
-	cfg, err := ctxmgr.Preset(ctxmgr.PresetDefault, 200000, 32000)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.Store = st
-	cfg.Logger = slog.New(slog.DiscardHandler)
-	m, err := ctxmgr.New(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer m.Close()
-	prepare := func() ctxmgr.Prepared {
-		s, err := m.LoadSession(ctx, "bench", system, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		p, err := s.Prepare(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return p
-	}
-	first := prepare() // compacts and stores the summary and state
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		p := prepare()
-		if len(p.Request.Messages) != len(first.Request.Messages) {
-			b.Fatalf("restored request has %d messages, the first had %d", len(p.Request.Messages), len(first.Request.Messages))
-		}
-	}
-	b.StopTimer()
-	b.ReportMetric(float64(len(first.Request.Messages)), "sent-msgs")
 }
