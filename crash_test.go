@@ -16,6 +16,7 @@ import (
 
 	"github.com/ctxmgr/ctxmgr/chat"
 	"github.com/ctxmgr/ctxmgr/store"
+	"github.com/ctxmgr/ctxmgr/store/files"
 	"github.com/ctxmgr/ctxmgr/tokens"
 	"github.com/ctxmgr/ctxmgr/turns"
 )
@@ -24,7 +25,7 @@ import (
 func crashHistory() []chat.Message { return genHistory(rand.New(rand.NewPCG(5, 5)), 60) }
 
 func crashManager(t testing.TB, dir string) (*Manager, store.Store) {
-	st, err := store.OpenFiles(dir, store.FileOptions{})
+	st, err := files.Open(dir, files.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

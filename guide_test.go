@@ -8,6 +8,7 @@ import (
 
 	"github.com/ctxmgr/ctxmgr/chat"
 	"github.com/ctxmgr/ctxmgr/store"
+	"github.com/ctxmgr/ctxmgr/store/files"
 	"github.com/ctxmgr/ctxmgr/tokens"
 )
 
@@ -67,7 +68,7 @@ func TestArchiveGuideFoldsLocations(t *testing.T) {
 // after the 81 turns at which the guide used to outgrow the window.
 func TestLongSessionSmallWindowSummaryBounded(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.OpenFiles(t.TempDir(), store.FileOptions{})
+	st, err := files.Open(t.TempDir(), files.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

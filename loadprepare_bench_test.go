@@ -11,6 +11,7 @@ import (
 
 	"github.com/ctxmgr/ctxmgr/chat"
 	"github.com/ctxmgr/ctxmgr/store"
+	"github.com/ctxmgr/ctxmgr/store/files"
 	"github.com/ctxmgr/ctxmgr/store/postgres"
 	"github.com/ctxmgr/ctxmgr/store/sqlite"
 	"github.com/ctxmgr/ctxmgr/store/storetest"
@@ -30,7 +31,7 @@ func BenchmarkLoadPrepare(b *testing.B) {
 		benchLoadPrepare(b, st)
 	})
 	b.Run("files", func(b *testing.B) {
-		st, err := store.OpenFiles(b.TempDir(), store.FileOptions{})
+		st, err := files.Open(b.TempDir(), files.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}

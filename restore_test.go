@@ -9,6 +9,7 @@ import (
 	"github.com/ctxmgr/ctxmgr/chat"
 	"github.com/ctxmgr/ctxmgr/provider"
 	"github.com/ctxmgr/ctxmgr/store"
+	"github.com/ctxmgr/ctxmgr/store/files"
 	"github.com/ctxmgr/ctxmgr/tokens"
 )
 
@@ -18,7 +19,7 @@ func TestRestoreGivesSameRequest(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	open := func() store.Store {
-		st, err := store.OpenFiles(dir, store.FileOptions{})
+		st, err := files.Open(dir, files.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

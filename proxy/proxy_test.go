@@ -23,6 +23,7 @@ import (
 	"github.com/ctxmgr/ctxmgr/chat"
 	"github.com/ctxmgr/ctxmgr/internal/fakeupstream"
 	"github.com/ctxmgr/ctxmgr/store"
+	"github.com/ctxmgr/ctxmgr/store/files"
 )
 
 func ctxT(t *testing.T) context.Context {
@@ -389,7 +390,7 @@ func TestBranch(t *testing.T) {
 // restart starts exactly like the one before it (same summary, same kept messages).
 func TestRestart(t *testing.T) {
 	dir := t.TempDir()
-	st, err := store.OpenFiles(dir, store.FileOptions{})
+	st, err := files.Open(dir, files.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,7 +425,7 @@ func TestRestart(t *testing.T) {
 		return before, after, summary
 	}
 	controlDir := t.TempDir()
-	control, err := store.OpenFiles(controlDir, store.FileOptions{})
+	control, err := files.Open(controlDir, files.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

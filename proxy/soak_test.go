@@ -20,6 +20,7 @@ import (
 	"github.com/ctxmgr/ctxmgr/chat"
 	"github.com/ctxmgr/ctxmgr/internal/fakeupstream"
 	"github.com/ctxmgr/ctxmgr/store"
+	"github.com/ctxmgr/ctxmgr/store/files"
 	"github.com/ctxmgr/ctxmgr/tokens"
 	"github.com/ctxmgr/ctxmgr/wire"
 )
@@ -215,7 +216,7 @@ func TestSoak(t *testing.T) {
 	}
 	var st store.Store = store.NewMemory()
 	if os.Getenv("SOAK_FILES") != "" {
-		fst, err := store.OpenFiles(t.TempDir(), store.FileOptions{})
+		fst, err := files.Open(t.TempDir(), files.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -123,7 +123,7 @@ func (m *Memory) Messages(ctx context.Context, session string, from, to int) ([]
 	if s == nil {
 		return nil, nil
 	}
-	from, to = clampRange(from, to, len(s.msgs))
+	from, to = Clamp(from, to, len(s.msgs))
 	out := make([]chat.Message, 0, to-from)
 	for _, msg := range s.msgs[from:to] {
 		out = append(out, cloneMessage(msg))
@@ -179,7 +179,7 @@ func (m *Memory) PutSummary(ctx context.Context, session string, s Summary) erro
 	if s.Created.IsZero() {
 		s.Created = time.Now()
 	}
-	s, err := normalizeSummary(s)
+	s, err := s.Normalized()
 	if err != nil {
 		return err
 	}
@@ -354,7 +354,7 @@ func (m *Memory) Offload(ctx context.Context, session, key, text string, expires
 	defer m.mu.Unlock()
 	s := m.session(session, true)
 	now := time.Now()
-	if o := s.offloads[key]; o != nil && !expired(o.info.Expires, now) {
+	if o := s.offloads[key]; o != nil && !Expired(o.info.Expires, now) {
 		return o.info, nil
 	}
 	info := Offloaded{
@@ -381,7 +381,7 @@ func (m *Memory) ReadOffload(ctx context.Context, session, key string, fromLine,
 		return "", 0, fmt.Errorf("%w: offloaded result %q of session %q", ErrNotFound, key, session)
 	}
 	o := s.offloads[key]
-	if expired(o.info.Expires, time.Now()) {
+	if Expired(o.info.Expires, time.Now()) {
 		return "", 0, fmt.Errorf("%w: offloaded result %q of session %q expired at %s", ErrExpired, key, session, o.info.Expires.Format(time.RFC3339))
 	}
 	text, total := SplitLines(o.text, fromLine, maxLines)
@@ -397,7 +397,7 @@ func (m *Memory) Cleanup(ctx context.Context, now time.Time) (int, error) {
 	n := 0
 	for _, s := range m.sessions {
 		for k, o := range s.offloads {
-			if expired(o.info.Expires, now) {
+			if Expired(o.info.Expires, now) {
 				delete(s.offloads, k)
 				n++
 			}
@@ -419,26 +419,6 @@ func (m *Memory) Close() error {
 	return nil
 }
 
-// expired reports whether a result with expiry exp has expired at now: exp is set and lies
-// before now. Every backend uses this rule for ReadOffload and Cleanup.
-func expired(exp, now time.Time) bool {
-	return !exp.IsZero() && exp.Before(now)
-}
-
-// clampRange clamps [from, to) to [0, n); to < 0 means n.
-func clampRange(from, to, n int) (int, int) {
-	if to < 0 || to > n {
-		to = n
-	}
-	if from < 0 {
-		from = 0
-	}
-	if from > to {
-		from = to
-	}
-	return from, to
-}
-
 // normalizeMessages returns msgs as a persistent backend returns them: encoded with
 // encoding/json and decoded again.
 func normalizeMessages(msgs []chat.Message) ([]chat.Message, error) {
@@ -451,18 +431,6 @@ func normalizeMessages(msgs []chat.Message) ([]chat.Message, error) {
 		if err := json.Unmarshal(b, &out[i]); err != nil {
 			return nil, fmt.Errorf("store: decode message %d: %w", i, err)
 		}
-	}
-	return out, nil
-}
-
-func normalizeSummary(s Summary) (Summary, error) {
-	b, err := json.Marshal(s)
-	if err != nil {
-		return Summary{}, fmt.Errorf("store: encode summary: %w", err)
-	}
-	var out Summary
-	if err := json.Unmarshal(b, &out); err != nil {
-		return Summary{}, fmt.Errorf("store: decode summary: %w", err)
 	}
 	return out, nil
 }

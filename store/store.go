@@ -9,6 +9,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -165,6 +166,42 @@ type Event struct {
 	At   time.Time `json:"at"`
 	Kind string    `json:"kind"`
 	Body []byte    `json:"body"`
+}
+
+// Expired reports whether an offloaded result with expiry expires has expired at now: expires
+// is set and lies before now. Every backend uses this rule for Offload, ReadOffload and
+// Cleanup.
+func Expired(expires, now time.Time) bool {
+	return !expires.IsZero() && expires.Before(now)
+}
+
+// Clamp clamps the range [from, to) to a history of n messages as Messages does: to < 0 or
+// past the end means the end, from < 0 means 0, and from past to gives the empty range.
+func Clamp(from, to, n int) (int, int) {
+	if to < 0 || to > n {
+		to = n
+	}
+	if from < 0 {
+		from = 0
+	}
+	if from > to {
+		from = to
+	}
+	return from, to
+}
+
+// Normalized returns the summary as a persistent backend returns it: one encoding/json round
+// trip (what every backend's Summaries gives back).
+func (s Summary) Normalized() (Summary, error) {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return Summary{}, fmt.Errorf("store: encode summary: %w", err)
+	}
+	var out Summary
+	if err := json.Unmarshal(b, &out); err != nil {
+		return Summary{}, fmt.Errorf("store: decode summary: %w", err)
+	}
+	return out, nil
 }
 
 // MaxIDLen bounds session ids and keys.

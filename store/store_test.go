@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ctxmgr/ctxmgr/store"
+	"github.com/ctxmgr/ctxmgr/store/files"
 	"github.com/ctxmgr/ctxmgr/store/storetest"
 )
 
@@ -17,14 +18,14 @@ func TestMemoryConformance(t *testing.T) {
 func TestFilesConformance(t *testing.T) {
 	storetest.RunReopen(t,
 		func(t *testing.T) store.Store {
-			s, err := store.OpenFiles(filepath.Join(t.TempDir(), "data"), store.FileOptions{})
+			s, err := files.Open(filepath.Join(t.TempDir(), "data"), files.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			return s
 		},
 		func(t *testing.T, old store.Store) store.Store {
-			s, err := store.OpenFiles(old.(*store.Files).Dir(), store.FileOptions{})
+			s, err := files.Open(old.(*files.Store).Dir(), files.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}

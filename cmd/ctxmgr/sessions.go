@@ -17,6 +17,7 @@ import (
 	"github.com/ctxmgr/ctxmgr/chat"
 	"github.com/ctxmgr/ctxmgr/proxy"
 	"github.com/ctxmgr/ctxmgr/store"
+	"github.com/ctxmgr/ctxmgr/store/files"
 	"github.com/ctxmgr/ctxmgr/store/postgres"
 	"github.com/ctxmgr/ctxmgr/store/sqlite"
 )
@@ -46,7 +47,7 @@ func openStore(ctx context.Context, spec string, relaxed bool) (store.Store, err
 		if dir == "" {
 			return nil, usageErrorf("--store %q: missing directory after files:", spec)
 		}
-		return store.OpenFiles(dir, store.FileOptions{})
+		return files.Open(dir, files.Options{})
 	}
 	return nil, usageErrorf("--store %q: want %s", proxy.RedactURL(spec), storeSpecHelp)
 }

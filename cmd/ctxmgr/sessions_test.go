@@ -15,6 +15,7 @@ import (
 
 	"github.com/ctxmgr/ctxmgr/chat"
 	"github.com/ctxmgr/ctxmgr/store"
+	"github.com/ctxmgr/ctxmgr/store/files"
 	"github.com/ctxmgr/ctxmgr/store/sqlite"
 )
 
@@ -198,7 +199,7 @@ func TestSessionsFilesStore(t *testing.T) {
 	dir := t.TempDir()
 	// The session is created 40 days ago by the store's clock; its files are aged below.
 	old := time.Now().Add(-40 * 24 * time.Hour)
-	fs, err := store.OpenFiles(dir, store.FileOptions{Now: func() time.Time { return old }})
+	fs, err := files.Open(dir, files.Options{Now: func() time.Time { return old }})
 	if err != nil {
 		t.Fatal(err)
 	}

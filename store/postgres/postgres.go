@@ -402,27 +402,13 @@ func (s *Store) Sessions(ctx context.Context) ([]store.SessionInfo, error) {
 	return infos, wrap(ctx, "sessions", err)
 }
 
-// normalizeSummary returns s as one encoding/json round trip makes it (what the memory store
-// keeps).
-func normalizeSummary(s store.Summary) (store.Summary, error) {
-	b, err := json.Marshal(s)
-	if err != nil {
-		return store.Summary{}, fmt.Errorf("postgres: encode summary: %w", err)
-	}
-	var out store.Summary
-	if err := json.Unmarshal(b, &out); err != nil {
-		return store.Summary{}, fmt.Errorf("postgres: decode summary: %w", err)
-	}
-	return out, nil
-}
-
 // PutSummary implements store.Store: the session row is locked, the version checked and the
 // summary inserted in one transaction.
 func (s *Store) PutSummary(ctx context.Context, session string, sum store.Summary) error {
 	if sum.Created.IsZero() {
 		sum.Created = s.now()
 	}
-	sum, err := normalizeSummary(sum)
+	sum, err := sum.Normalized()
 	if err != nil {
 		return err
 	}
@@ -595,8 +581,6 @@ func parseExpires(v *string) (time.Time, error) {
 	return time.Parse(expiresLayout, *v)
 }
 
-func expired(exp, now time.Time) bool { return !exp.IsZero() && exp.Before(now) }
-
 // Offload implements store.Store. A stored, unexpired key keeps its first text; an expired one
 // is replaced. Both are one statement, so concurrent offloads of a key agree on one text.
 func (s *Store) Offload(ctx context.Context, session, key, text string, expires time.Time) (store.Offloaded, error) {
@@ -662,7 +646,7 @@ func (s *Store) ReadOffload(ctx context.Context, session, key string, fromLine, 
 	if err != nil {
 		return "", 0, wrap(ctx, "read offload", err)
 	}
-	if expired(e, s.now()) {
+	if store.Expired(e, s.now()) {
 		return "", 0, fmt.Errorf("%w: offloaded result %q of session %q expired at %s", store.ErrExpired, key, session, e.Format(time.RFC3339))
 	}
 	out, total := store.SplitLines(string(text), fromLine, maxLines)

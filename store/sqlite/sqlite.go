@@ -435,7 +435,7 @@ func (s *Store) PutSummary(ctx context.Context, session string, sum store.Summar
 	if sum.Created.IsZero() {
 		sum.Created = s.now()
 	}
-	sum, err := normalizeSummary(sum)
+	sum, err := sum.Normalized()
 	if err != nil {
 		return err
 	}
@@ -460,20 +460,6 @@ func (s *Store) PutSummary(ctx context.Context, session string, sum store.Summar
 		return err
 	})
 	return ctxErr(ctx, "put summary", err)
-}
-
-// normalizeSummary returns s as one encoding/json round trip makes it (what the memory store
-// keeps).
-func normalizeSummary(s store.Summary) (store.Summary, error) {
-	b, err := json.Marshal(s)
-	if err != nil {
-		return store.Summary{}, fmt.Errorf("sqlite: encode summary: %w", err)
-	}
-	var out store.Summary
-	if err := json.Unmarshal(b, &out); err != nil {
-		return store.Summary{}, fmt.Errorf("sqlite: decode summary: %w", err)
-	}
-	return out, nil
 }
 
 // Summaries implements store.Store.
@@ -615,8 +601,6 @@ func parseExpires(v sql.NullString) (time.Time, error) {
 	return time.Parse(expiresLayout, v.String)
 }
 
-func expired(exp, now time.Time) bool { return !exp.IsZero() && exp.Before(now) }
-
 // Offload implements store.Store. A stored, unexpired key keeps its first text; an expired one
 // is replaced.
 func (s *Store) Offload(ctx context.Context, session, key, text string, expires time.Time) (store.Offloaded, error) {
@@ -642,7 +626,7 @@ func (s *Store) Offload(ctx context.Context, session, key, text string, expires 
 			if err != nil {
 				return err
 			}
-			if !expired(e, now) {
+			if !store.Expired(e, now) {
 				info.Bytes, info.Lines, info.Expires = bytes, lines, e
 				// Like the memory store, a kept result still makes its session exist.
 				_, err := tx.ExecContext(ctx, `INSERT INTO sessions (id, created, updated) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING`,
@@ -687,7 +671,7 @@ func (s *Store) ReadOffload(ctx context.Context, session, key string, fromLine, 
 	if err != nil {
 		return "", 0, wrap("read offload", err)
 	}
-	if expired(e, s.now()) {
+	if store.Expired(e, s.now()) {
 		return "", 0, fmt.Errorf("%w: offloaded result %q of session %q expired at %s", store.ErrExpired, key, session, e.Format(time.RFC3339))
 	}
 	out, total := store.SplitLines(string(text), fromLine, maxLines)

@@ -1,4 +1,4 @@
-package store_test
+package files_test
 
 import (
 	"bytes"
@@ -18,12 +18,13 @@ import (
 
 	"github.com/ctxmgr/ctxmgr/chat"
 	"github.com/ctxmgr/ctxmgr/store"
+	"github.com/ctxmgr/ctxmgr/store/files"
 	"github.com/ctxmgr/ctxmgr/store/storetest"
 )
 
-func openFiles(t *testing.T, dir string, opts store.FileOptions) *store.Files {
+func openFiles(t *testing.T, dir string, opts files.Options) *files.Store {
 	t.Helper()
-	s, err := store.OpenFiles(dir, opts)
+	s, err := files.Open(dir, opts)
 	if err != nil {
 		t.Fatalf("OpenFiles: %v", err)
 	}
@@ -80,7 +81,7 @@ func TestFilesLayout(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "data")
 	clock := &fakeClock{now: time.Date(2024, 2, 29, 23, 59, 59, 0, time.FixedZone("X", -3600))} // 2024-03-01 in UTC
-	s := openFiles(t, dir, store.FileOptions{Now: clock.Now})
+	s := openFiles(t, dir, files.Options{Now: clock.Now})
 	sdir := filepath.Join(dir, "sessions", "sess-1")
 	history := msgs("m", 6)
 	if err := s.Append(ctx, "sess-1", 0, history); err != nil {
@@ -184,7 +185,7 @@ func TestFilesPermissions(t *testing.T) {
 	}
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "a", "data")
-	s := openFiles(t, dir, store.FileOptions{})
+	s := openFiles(t, dir, files.Options{})
 	if err := s.Append(ctx, "p", 0, msgs("p", 2)); err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +238,7 @@ func TestFilesPathTraversal(t *testing.T) {
 	ctx := context.Background()
 	base := t.TempDir()
 	dir := filepath.Join(base, "inner", "data")
-	s := openFiles(t, dir, store.FileOptions{})
+	s := openFiles(t, dir, files.Options{})
 	bad := append([]string{"../../escape", "../escape", "..", "sessions/../../x", "a/../../../b", "/tmp/abs", "x/..", "\x00", "a\x00/../.."}, storetest.BadIDs...)
 	m := msgs("x", 1)
 	for _, id := range bad {
@@ -287,7 +288,7 @@ func TestFilesTornLine(t *testing.T) {
 	sdir := filepath.Join(dir, "sessions", "t")
 	history := msgs("t", 8)
 	want := storetest.RoundTrip(t, history)
-	s := openFiles(t, dir, store.FileOptions{})
+	s := openFiles(t, dir, files.Options{})
 	if err := s.Append(ctx, "t", 0, history[:3]); err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +324,7 @@ func TestFilesTornLine(t *testing.T) {
 	appendRaw(t, filepath.Join(sdir, "messages.jsonl"), `{"role":"assistant","content":[{"type":"text","text":"half`)
 	appendRaw(t, filepath.Join(sdir, "summaries.jsonl"), `{"version":3`)
 	appendRaw(t, dialog[0], `{"ind`)
-	s = openFiles(t, dir, store.FileOptions{})
+	s = openFiles(t, dir, files.Options{})
 	storetest.EqualMessages(t, "Messages with a torn line (reopened)", mustMsgs(t, s, "t"), want[:5])
 	if infos, err := s.Sessions(ctx); err != nil || len(infos) != 1 || infos[0].Messages != 5 || infos[0].Summary != 2 {
 		t.Fatalf("Sessions: %+v, %v", infos, err)
@@ -374,8 +375,8 @@ func mustMsgs(t *testing.T, s store.Store, session string) []chat.Message {
 func TestFilesPruneAcrossHandles(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	a := openFiles(t, dir, store.FileOptions{})
-	b := openFiles(t, dir, store.FileOptions{})
+	a := openFiles(t, dir, files.Options{})
+	b := openFiles(t, dir, files.Options{})
 	if err := a.Append(ctx, "x", 0, msgs("a", 3)); err != nil {
 		t.Fatal(err)
 	}
@@ -439,7 +440,7 @@ func TestFilesPruneAcrossHandles(t *testing.T) {
 func TestFilesPruneLeftovers(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	s := openFiles(t, dir, store.FileOptions{})
+	s := openFiles(t, dir, files.Options{})
 	left := filepath.Join(dir, "sessions", ".pruned-x-123")
 	if err := os.MkdirAll(filepath.Join(left, "dialog"), 0o700); err != nil {
 		t.Fatal(err)

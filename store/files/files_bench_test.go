@@ -1,15 +1,15 @@
-package store_test
+package files_test
 
 import (
 	"testing"
 
-	"github.com/ctxmgr/ctxmgr/store"
+	"github.com/ctxmgr/ctxmgr/store/files"
 	"github.com/ctxmgr/ctxmgr/store/storetest"
 )
 
 // BenchmarkFilesAppend: durable one-message appends to the file store.
 func BenchmarkFilesAppend(b *testing.B) {
-	s, err := store.OpenFiles(b.TempDir(), store.FileOptions{})
+	s, err := files.Open(b.TempDir(), files.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -19,7 +19,7 @@ func BenchmarkFilesAppend(b *testing.B) {
 
 // BenchmarkFilesLoad: reading a 2,000-message session back from the file store.
 func BenchmarkFilesLoad(b *testing.B) {
-	s, err := store.OpenFiles(b.TempDir(), store.FileOptions{})
+	s, err := files.Open(b.TempDir(), files.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

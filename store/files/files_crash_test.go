@@ -3,7 +3,7 @@
 // Tests that need flock(2) and POSIX signals: several stores on one directory, and a writer
 // killed with SIGKILL.
 
-package store_test
+package files_test
 
 import (
 	"os"
@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/ctxmgr/ctxmgr/store"
+	"github.com/ctxmgr/ctxmgr/store/files"
 	"github.com/ctxmgr/ctxmgr/store/storetest"
 )
 
@@ -18,7 +19,7 @@ import (
 // checks the raw files: exactly one dialog line per archived position.
 func TestFilesTwoStores(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
-	storetest.RunTwoHandles(t, openFiles(t, dir, store.FileOptions{}), openFiles(t, dir, store.FileOptions{}))
+	storetest.RunTwoHandles(t, openFiles(t, dir, files.Options{}), openFiles(t, dir, files.Options{}))
 	dialog, _ := filepath.Glob(filepath.Join(dir, "sessions", "shared", "dialog", "*.jsonl"))
 	total := 0
 	for _, p := range dialog {
@@ -31,7 +32,7 @@ func TestFilesTwoStores(t *testing.T) {
 
 // TestHelperProcess is the crash writer of TestFilesCrash (storetest.RunCrash).
 func TestHelperProcess(t *testing.T) {
-	storetest.CrashWriter(func(dir string) (store.Store, error) { return store.OpenFiles(dir, store.FileOptions{}) })
+	storetest.CrashWriter(func(dir string) (store.Store, error) { return files.Open(dir, files.Options{}) })
 }
 
 // TestFilesCrash runs the suite's kill test on the file store, and checks the raw files too:
@@ -41,7 +42,7 @@ func TestFilesCrash(t *testing.T) {
 	torn := 0
 	storetest.RunCrash(t, storetest.CrashOptions{
 		Target: dir,
-		Reopen: func(t *testing.T) store.Store { return openFiles(t, dir, store.FileOptions{}) },
+		Reopen: func(t *testing.T) store.Store { return openFiles(t, dir, files.Options{}) },
 		AfterKill: func(t *testing.T, round int) {
 			if b, err := os.ReadFile(filepath.Join(dir, "sessions", "crash", "messages.jsonl")); err == nil && len(b) > 0 && b[len(b)-1] != '\n' {
 				torn++

@@ -1,4 +1,8 @@
-package store
+// Package files is the file backend of store.Store: every session a directory of JSONL and
+// JSON files in the layout of the systems ctxmgr learns from, readable with a text editor,
+// durable (fsynced) when a call returns, and shareable by several processes on one directory
+// (flock). See Store for the layout and the guarantees.
+package files
 
 import (
 	"bufio"
@@ -18,17 +22,18 @@ import (
 	"time"
 
 	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/store"
 )
 
-// FileOptions configures a file store.
-type FileOptions struct {
+// Options configures a file store.
+type Options struct {
 	// Now is the store's clock: it dates archive files (in UTC), stamps session creation and
 	// summaries stored without a Created time, and decides whether ReadOffload sees a result
 	// as expired. Nil means time.Now.
 	Now func() time.Time
 }
 
-// Files is the file store, in the seed systems' layout under one directory:
+// Store is the file store, in the seed systems' layout under one directory:
 //
 //	<dir>/sessions/<session>/messages.jsonl          full history, one JSON message a line
 //	<dir>/sessions/<session>/summaries.jsonl         every summary version, one a line
@@ -50,7 +55,7 @@ type FileOptions struct {
 // a line torn by a crash is ignored by readers and cut off by the next writer, so the files
 // stay valid JSONL and nothing written before is lost. After a crash in the middle of an
 // Append, the history holds a prefix of that call's messages (whole messages only);
-// Append's compare-and-swap tells the caller where to continue. Offloaded texts are written
+// Append's compare-and-swap tells the caller where to continue. store.Offloaded texts are written
 // to a temporary file, fsynced and renamed into place, so they are whole or absent.
 //
 // Concurrency: all methods are safe for concurrent use, and on Linux and the BSDs several
@@ -59,7 +64,7 @@ type FileOptions struct {
 // swap, summary versions and archive idempotency hold across processes. Per-session state
 // (message offsets, summary versions, archived positions) is kept in memory, loaded lazily
 // from the files and caught up incrementally when another process has appended.
-type Files struct {
+type Store struct {
 	dir  string // absolute and clean
 	root string // dir/sessions
 	now  func() time.Time
@@ -89,7 +94,7 @@ type fileSession struct {
 	msgs    []span // where each message's line is
 
 	sumSize int64
-	sums    []Summary
+	sums    []store.Summary
 
 	archSize map[string]int64 // dialog file name -> bytes consumed
 	archived map[int]archRef  // position -> where its first archived copy is
@@ -117,11 +122,11 @@ const (
 	tmpPrefix     = ".tmp-"
 )
 
-var _ Store = (*Files)(nil)
+var _ store.Store = (*Store)(nil)
 
-// OpenFiles opens (creating it 0700 if needed) the file store in dir. Nothing is read until a
+// Open opens (creating it 0700 if needed) the file store in dir. Nothing is read until a
 // session is used.
-func OpenFiles(dir string, opts FileOptions) (*Files, error) {
+func Open(dir string, opts Options) (*Store, error) {
 	if dir == "" {
 		return nil, errors.New("store: empty directory")
 	}
@@ -129,7 +134,7 @@ func OpenFiles(dir string, opts FileOptions) (*Files, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	f := &Files{dir: abs, root: filepath.Join(abs, "sessions"), now: opts.Now, sessions: make(map[string]*fileSession)}
+	f := &Store{dir: abs, root: filepath.Join(abs, "sessions"), now: opts.Now, sessions: make(map[string]*fileSession)}
 	if f.now == nil {
 		f.now = time.Now
 	}
@@ -143,38 +148,38 @@ func OpenFiles(dir string, opts FileOptions) (*Files, error) {
 }
 
 // Dir returns the store's directory (absolute).
-func (f *Files) Dir() string { return f.dir }
+func (f *Store) Dir() string { return f.dir }
 
 // begin validates the context and ids and enters the gate; on success the caller must call
 // f.end.
-func (f *Files) begin(ctx context.Context, ids ...string) error {
+func (f *Store) begin(ctx context.Context, ids ...string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	for _, id := range ids {
-		if err := CheckID(id); err != nil {
+		if err := store.CheckID(id); err != nil {
 			return err
 		}
 	}
 	f.gate.RLock()
 	if f.closed {
 		f.gate.RUnlock()
-		return ErrClosed
+		return store.ErrClosed
 	}
 	return nil
 }
 
-func (f *Files) end() { f.gate.RUnlock() }
+func (f *Store) end() { f.gate.RUnlock() }
 
 // childPath joins a checked id (plus suffix) to parent and verifies, as a second line of
-// defence behind CheckID, that the result is a direct child of parent.
+// defence behind store.CheckID, that the result is a direct child of parent.
 func childPath(parent, id, suffix string) (string, error) {
-	if err := CheckID(id); err != nil {
+	if err := store.CheckID(id); err != nil {
 		return "", err
 	}
 	p := filepath.Join(parent, id+suffix)
 	if filepath.Dir(p) != parent || !within(parent, p) {
-		return "", fmt.Errorf("%w: %q leaves %s", ErrInvalidID, id, parent)
+		return "", fmt.Errorf("%w: %q leaves %s", store.ErrInvalidID, id, parent)
 	}
 	return p, nil
 }
@@ -189,7 +194,7 @@ func within(root, p string) bool {
 }
 
 // session returns the state of a session, creating it in memory (not on disk).
-func (f *Files) session(id string) (*fileSession, error) {
+func (f *Store) session(id string) (*fileSession, error) {
 	dir, err := childPath(f.root, id, "")
 	if err != nil {
 		return nil, err
@@ -281,7 +286,7 @@ func (s *fileSession) lock(ctx context.Context, exclusive bool) (func(), error) 
 
 // beginWrite creates the session directory if needed and takes the exclusive lock; the
 // caller holds s.mu and must call the returned function.
-func (f *Files) beginWrite(ctx context.Context, s *fileSession) (func(), error) {
+func (f *Store) beginWrite(ctx context.Context, s *fileSession) (func(), error) {
 	var unlock func()
 	for attempt := 0; ; attempt++ {
 		// A directory pruned since the caller's exists() shows when the lock is taken.
@@ -320,7 +325,7 @@ type sessionMeta struct {
 
 // ensureSessionFile reads session.json, writing it first if it is missing or unreadable.
 // The caller holds the exclusive lock.
-func (f *Files) ensureSessionFile(s *fileSession) error {
+func (f *Store) ensureSessionFile(s *fileSession) error {
 	if m, err := readSessionFile(s); err == nil {
 		s.created = m.Created
 		return nil
@@ -392,7 +397,7 @@ func (s *fileSession) refreshMessages(repair bool) error {
 
 func (s *fileSession) refreshSummaries(repair bool) error {
 	return scanLines(s.path(summariesFile), &s.sumSize, repair, func(off int64, line []byte) error {
-		var sm Summary
+		var sm store.Summary
 		if err := json.Unmarshal(line, &sm); err != nil {
 			return fmt.Errorf("store: %s at byte %d: %w", s.path(summariesFile), off, err)
 		}
@@ -454,13 +459,13 @@ func (s *fileSession) refreshArchive(repair bool) error {
 	return nil
 }
 
-// Append implements Store. The count check and the write happen under the session's
+// Append implements store.Store. The count check and the write happen under the session's
 // exclusive lock, after re-reading the file's length, so concurrent writers (goroutines or
 // processes) never lose or reorder messages: exactly one of two appends at the same `at`
 // succeeds. When it returns nil the messages are fsynced. An empty msgs only checks `at`
 // and creates nothing. A message that encoding/json cannot encode fails the call and
 // nothing is stored.
-func (f *Files) Append(ctx context.Context, session string, at int, msgs []chat.Message) error {
+func (f *Store) Append(ctx context.Context, session string, at int, msgs []chat.Message) error {
 	buf, lens, err := encodeLines(len(msgs), func(i int) any { return &msgs[i] })
 	if err != nil {
 		return err
@@ -484,14 +489,14 @@ func (f *Files) Append(ctx context.Context, session string, at int, msgs []chat.
 			}
 		}
 		if at != len(s.msgs) {
-			return fmt.Errorf("%w: append at %d, session %q has %d messages", ErrConflict, at, session, len(s.msgs))
+			return fmt.Errorf("%w: append at %d, session %q has %d messages", store.ErrConflict, at, session, len(s.msgs))
 		}
 		return nil
 	}
 	if ok, err := s.exists(); err != nil {
 		return err
 	} else if !ok && at != 0 { // do not create a session for a failing append
-		return fmt.Errorf("%w: append at %d, session %q has no messages", ErrConflict, at, session)
+		return fmt.Errorf("%w: append at %d, session %q has no messages", store.ErrConflict, at, session)
 	}
 	unlock, err := f.beginWrite(ctx, s)
 	if err != nil {
@@ -502,7 +507,7 @@ func (f *Files) Append(ctx context.Context, session string, at int, msgs []chat.
 		return err
 	}
 	if at != len(s.msgs) {
-		return fmt.Errorf("%w: append at %d, session %q has %d messages", ErrConflict, at, session, len(s.msgs))
+		return fmt.Errorf("%w: append at %d, session %q has %d messages", store.ErrConflict, at, session, len(s.msgs))
 	}
 	if err := appendSync(s.path(messagesFile), buf, s.msgSize); err != nil {
 		return err
@@ -516,10 +521,10 @@ func (f *Files) Append(ctx context.Context, session string, at int, msgs []chat.
 	return nil
 }
 
-// Messages implements Store. The range is clamped to the history: from < 0 counts as 0, to < 0
+// Messages implements store.Store. The range is clamped to the history: from < 0 counts as 0, to < 0
 // or to > length as the length, and from >= to gives no messages. An unknown session has no
 // messages (nil error). Messages appended by other processes are seen.
-func (f *Files) Messages(ctx context.Context, session string, from, to int) ([]chat.Message, error) {
+func (f *Store) Messages(ctx context.Context, session string, from, to int) ([]chat.Message, error) {
 	if err := f.begin(ctx, session); err != nil {
 		return nil, err
 	}
@@ -536,7 +541,7 @@ func (f *Files) Messages(ctx context.Context, session string, from, to int) ([]c
 	if err := s.catchUp(ctx, messagesFile, s.msgSize, s.refreshMessages); err != nil {
 		return nil, err
 	}
-	from, to = clampRange(from, to, len(s.msgs))
+	from, to = store.Clamp(from, to, len(s.msgs))
 	if from == to {
 		return []chat.Message{}, nil
 	}
@@ -555,10 +560,10 @@ func (f *Files) Messages(ctx context.Context, session string, from, to int) ([]c
 	return out, nil
 }
 
-// Sessions implements Store: every session directory, sorted by id. Messages and Summary
+// Sessions implements Store: every session directory, sorted by id. Messages and store.Summary
 // are the current counts; Created is when the session's first write happened (by the
 // store's clock) and Updated the newest modification time of its files.
-func (f *Files) Sessions(ctx context.Context) ([]SessionInfo, error) {
+func (f *Store) Sessions(ctx context.Context) ([]store.SessionInfo, error) {
 	if err := f.begin(ctx); err != nil {
 		return nil, err
 	}
@@ -567,7 +572,7 @@ func (f *Files) Sessions(ctx context.Context) ([]SessionInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]SessionInfo, 0, len(ids))
+	out := make([]store.SessionInfo, 0, len(ids))
 	for _, id := range ids {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -584,14 +589,14 @@ func (f *Files) Sessions(ctx context.Context) ([]SessionInfo, error) {
 }
 
 // sessionIDs lists the valid session directory names, sorted.
-func (f *Files) sessionIDs() ([]string, error) {
+func (f *Store) sessionIDs() ([]string, error) {
 	entries, err := os.ReadDir(f.root)
 	if err != nil {
 		return nil, err
 	}
 	var ids []string
 	for _, e := range entries {
-		if e.IsDir() && CheckID(e.Name()) == nil {
+		if e.IsDir() && store.CheckID(e.Name()) == nil {
 			ids = append(ids, e.Name())
 		}
 	}
@@ -599,10 +604,10 @@ func (f *Files) sessionIDs() ([]string, error) {
 }
 
 // sessionInfo describes a session; ok is false when its directory is gone (pruned meanwhile).
-func (f *Files) sessionInfo(ctx context.Context, id string) (info SessionInfo, ok bool, err error) {
+func (f *Store) sessionInfo(ctx context.Context, id string) (info store.SessionInfo, ok bool, err error) {
 	s, err := f.session(id)
 	if err != nil {
-		return SessionInfo{}, false, err
+		return store.SessionInfo{}, false, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -610,17 +615,17 @@ func (f *Files) sessionInfo(ctx context.Context, id string) (info SessionInfo, o
 }
 
 // info is sessionInfo for a caller holding s.mu.
-func (s *fileSession) info(ctx context.Context) (SessionInfo, bool, error) {
+func (s *fileSession) info(ctx context.Context) (store.SessionInfo, bool, error) {
 	if ok, err := s.exists(); err != nil || !ok {
-		return SessionInfo{}, false, err
+		return store.SessionInfo{}, false, err
 	}
 	if err := s.catchUp(ctx, messagesFile, s.msgSize, s.refreshMessages); err != nil {
-		return SessionInfo{}, false, err
+		return store.SessionInfo{}, false, err
 	}
 	if err := s.catchUp(ctx, summariesFile, s.sumSize, s.refreshSummaries); err != nil {
-		return SessionInfo{}, false, err
+		return store.SessionInfo{}, false, err
 	}
-	info := SessionInfo{ID: s.id, Messages: len(s.msgs)}
+	info := store.SessionInfo{ID: s.id, Messages: len(s.msgs)}
 	if n := len(s.sums); n > 0 {
 		info.Summary = s.sums[n-1].Version
 	}
@@ -654,10 +659,10 @@ func (s *fileSession) info(ctx context.Context) (SessionInfo, bool, error) {
 	return info, true, nil
 }
 
-// PutSummary implements Store. The version check and the append happen under the session's
+// PutSummary implements store.Store. The version check and the append happen under the session's
 // exclusive lock, so exactly one of two writers of the same version succeeds, across
 // processes too. A zero s.Created is set from the store's clock. Fsynced before it returns.
-func (f *Files) PutSummary(ctx context.Context, session string, sum Summary) error {
+func (f *Store) PutSummary(ctx context.Context, session string, sum store.Summary) error {
 	if err := f.begin(ctx, session); err != nil {
 		return err
 	}
@@ -673,7 +678,7 @@ func (f *Files) PutSummary(ctx context.Context, session string, sum Summary) err
 	if err != nil {
 		return err
 	}
-	var stored Summary
+	var stored store.Summary
 	if err := json.Unmarshal(buf, &stored); err != nil {
 		return err
 	}
@@ -682,7 +687,7 @@ func (f *Files) PutSummary(ctx context.Context, session string, sum Summary) err
 	if ok, err := s.exists(); err != nil {
 		return err
 	} else if !ok && sum.Version != 1 { // do not create a session for a failing put
-		return fmt.Errorf("%w: summary version %d, session %q has none", ErrConflict, sum.Version, session)
+		return fmt.Errorf("%w: summary version %d, session %q has none", store.ErrConflict, sum.Version, session)
 	}
 	unlock, err := f.beginWrite(ctx, s)
 	if err != nil {
@@ -697,7 +702,7 @@ func (f *Files) PutSummary(ctx context.Context, session string, sum Summary) err
 		latest = s.sums[n-1].Version
 	}
 	if sum.Version != latest+1 {
-		return fmt.Errorf("%w: summary version %d, session %q is at version %d", ErrConflict, sum.Version, session, latest)
+		return fmt.Errorf("%w: summary version %d, session %q is at version %d", store.ErrConflict, sum.Version, session, latest)
 	}
 	if err := appendSync(s.path(summariesFile), buf, s.sumSize); err != nil {
 		return err
@@ -709,7 +714,7 @@ func (f *Files) PutSummary(ctx context.Context, session string, sum Summary) err
 
 // PutState implements Store: state.json in the session directory, replaced atomically (a
 // fsynced temporary file renamed over it, then the directory fsynced).
-func (f *Files) PutState(ctx context.Context, session string, state []byte) error {
+func (f *Store) PutState(ctx context.Context, session string, state []byte) error {
 	if err := f.begin(ctx, session); err != nil {
 		return err
 	}
@@ -740,7 +745,7 @@ type fileEvent struct {
 
 // AppendEvent implements Store: a line of events.jsonl in the session directory, appended and
 // fsynced. An event's id is its line number (torn lines left by a crash are not counted).
-func (f *Files) AppendEvent(ctx context.Context, session, kind string, body []byte) error {
+func (f *Store) AppendEvent(ctx context.Context, session, kind string, body []byte) error {
 	if err := f.begin(ctx, session); err != nil {
 		return err
 	}
@@ -793,8 +798,8 @@ func lastByte(path string, size int64) (byte, error) {
 	return b[0], nil
 }
 
-// Events implements Store.
-func (f *Files) Events(ctx context.Context, session string) ([]Event, error) {
+// Events implements store.Store.
+func (f *Store) Events(ctx context.Context, session string) ([]store.Event, error) {
 	if err := f.begin(ctx, session); err != nil {
 		return nil, err
 	}
@@ -807,18 +812,18 @@ func (f *Files) Events(ctx context.Context, session string) ([]Event, error) {
 	defer s.mu.Unlock()
 	b, err := os.ReadFile(s.path(eventsFile))
 	if errors.Is(err, fs.ErrNotExist) {
-		return []Event{}, nil
+		return []store.Event{}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	out := []Event{}
+	out := []store.Event{}
 	for _, l := range strings.Split(string(b), "\n") {
 		var e fileEvent
 		if l == "" || json.Unmarshal([]byte(l), &e) != nil {
 			continue
 		}
-		out = append(out, Event{ID: int64(len(out) + 1), At: e.At, Kind: e.Kind, Body: e.Body})
+		out = append(out, store.Event{ID: int64(len(out) + 1), At: e.At, Kind: e.Kind, Body: e.Body})
 	}
 	return out, nil
 }
@@ -830,7 +835,7 @@ type fileConfig struct {
 }
 
 // PutConfig implements Store: config.json in the session directory, replaced atomically.
-func (f *Files) PutConfig(ctx context.Context, session, model string, config []byte) error {
+func (f *Store) PutConfig(ctx context.Context, session, model string, config []byte) error {
 	if err := f.begin(ctx, session); err != nil {
 		return err
 	}
@@ -856,8 +861,8 @@ func (f *Files) PutConfig(ctx context.Context, session, model string, config []b
 	return syncDir(s.dir)
 }
 
-// Config implements Store.
-func (f *Files) Config(ctx context.Context, session string) (string, []byte, error) {
+// Config implements store.Store.
+func (f *Store) Config(ctx context.Context, session string) (string, []byte, error) {
 	if err := f.begin(ctx, session); err != nil {
 		return "", nil, err
 	}
@@ -882,8 +887,8 @@ func (f *Files) Config(ctx context.Context, session string) (string, []byte, err
 	return c.Model, c.Config, nil
 }
 
-// State implements Store.
-func (f *Files) State(ctx context.Context, session string) ([]byte, error) {
+// State implements store.Store.
+func (f *Store) State(ctx context.Context, session string) ([]byte, error) {
 	if err := f.begin(ctx, session); err != nil {
 		return nil, err
 	}
@@ -903,7 +908,7 @@ func (f *Files) State(ctx context.Context, session string) ([]byte, error) {
 
 // Summaries implements Store: every version, oldest first; none (nil error) for an unknown
 // session.
-func (f *Files) Summaries(ctx context.Context, session string) ([]Summary, error) {
+func (f *Store) Summaries(ctx context.Context, session string) ([]store.Summary, error) {
 	if err := f.begin(ctx, session); err != nil {
 		return nil, err
 	}
@@ -920,16 +925,16 @@ func (f *Files) Summaries(ctx context.Context, session string) ([]Summary, error
 	if err := s.catchUp(ctx, summariesFile, s.sumSize, s.refreshSummaries); err != nil {
 		return nil, err
 	}
-	return append([]Summary(nil), s.sums...), nil
+	return append([]store.Summary(nil), s.sums...), nil
 }
 
-// Archive implements Store. New positions are appended to dialog/YYYY-MM-DD.jsonl (today by
+// Archive implements store.Store. New positions are appended to dialog/YYYY-MM-DD.jsonl (today by
 // the store's clock, UTC) and fsynced before it returns; positions already archived, in any
 // dialog file, are skipped, under the session's exclusive lock, so retries and concurrent
 // archivers never duplicate a position. first must not be negative. The location returned
 // is the path of the dialog file that holds position first (the dialog directory when msgs
 // is empty).
-func (f *Files) Archive(ctx context.Context, session string, first int, msgs []chat.Message) (Location, error) {
+func (f *Store) Archive(ctx context.Context, session string, first int, msgs []chat.Message) (store.Location, error) {
 	if first < 0 {
 		return "", fmt.Errorf("store: archive at negative position %d", first)
 	}
@@ -953,7 +958,7 @@ func (f *Files) Archive(ctx context.Context, session string, first int, msgs []c
 	}
 	ddir := s.path(dialogDir)
 	if len(msgs) == 0 {
-		return Location(ddir), nil
+		return store.Location(ddir), nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -991,13 +996,13 @@ func (f *Files) Archive(ctx context.Context, session string, first int, msgs []c
 		}
 		s.archSize[name] = off
 	}
-	return Location(filepath.Join(ddir, s.archived[first].file)), nil
+	return store.Location(filepath.Join(ddir, s.archived[first].file)), nil
 }
 
 // ReadArchive implements Store: the archived messages with positions in [from, to), in
 // position order (positions never archived are simply absent); none (nil error) for an
 // unknown session or an empty range.
-func (f *Files) ReadArchive(ctx context.Context, session string, from, to int) ([]Archived, error) {
+func (f *Store) ReadArchive(ctx context.Context, session string, from, to int) ([]store.Archived, error) {
 	if err := f.begin(ctx, session); err != nil {
 		return nil, err
 	}
@@ -1027,7 +1032,7 @@ func (f *Files) ReadArchive(ctx context.Context, session string, from, to int) (
 		}
 	}
 	sort.Ints(idx)
-	out := make([]Archived, 0, len(idx))
+	out := make([]store.Archived, 0, len(idx))
 	files := map[string]*os.File{}
 	defer func() {
 		for _, fh := range files {
@@ -1051,7 +1056,7 @@ func (f *Files) ReadArchive(ctx context.Context, session string, from, to int) (
 		if err := json.Unmarshal(line, &l); err != nil {
 			return nil, fmt.Errorf("store: %s at byte %d: %w", fh.Name(), ref.off, err)
 		}
-		out = append(out, Archived{Pos: i, Message: l.Message})
+		out = append(out, store.Archived{Pos: i, Message: l.Message})
 	}
 	return out, nil
 }
@@ -1079,7 +1084,7 @@ func offloadPaths(sdir, key string) (dir, txt, meta string, err error) {
 // readOffloaded describes a stored result; ok is false when its text does not exist. A text
 // without a readable sidecar (a crash between the two renames cannot produce that, but a
 // person can) never expires.
-func readOffloaded(key, txt, meta string) (o Offloaded, ok bool, err error) {
+func readOffloaded(key, txt, meta string) (o store.Offloaded, ok bool, err error) {
 	fi, err := os.Stat(txt)
 	if errors.Is(err, fs.ErrNotExist) {
 		return o, false, nil
@@ -1087,7 +1092,7 @@ func readOffloaded(key, txt, meta string) (o Offloaded, ok bool, err error) {
 	if err != nil {
 		return o, false, err
 	}
-	o = Offloaded{Key: key, Location: Location(txt), Bytes: int(fi.Size())}
+	o = store.Offloaded{Key: key, Location: store.Location(txt), Bytes: int(fi.Size())}
 	var m offloadMeta
 	if b, err := os.ReadFile(meta); err == nil && json.Unmarshal(b, &m) == nil && m.Bytes == o.Bytes {
 		o.Lines, o.Expires = m.Lines, m.Expires
@@ -1097,73 +1102,73 @@ func readOffloaded(key, txt, meta string) (o Offloaded, ok bool, err error) {
 	if err != nil {
 		return o, false, err
 	}
-	o.Bytes, o.Lines = len(b), CountLines(string(b))
+	o.Bytes, o.Lines = len(b), store.CountLines(string(b))
 	return o, true, nil
 }
 
-// Offload implements Store. The text is written to a temporary file, fsynced and renamed to
+// Offload implements store.Store. The text is written to a temporary file, fsynced and renamed to
 // tool_result/<key>.txt after its sidecar <key>.meta.json, so a reader sees the whole text or
 // none. If key is stored and not expired, the stored result is kept and described; an expired
 // key is replaced. Durable when it returns. The location is the text file's path.
-func (f *Files) Offload(ctx context.Context, session, key, text string, expires time.Time) (Offloaded, error) {
+func (f *Store) Offload(ctx context.Context, session, key, text string, expires time.Time) (store.Offloaded, error) {
 	if err := f.begin(ctx, session, key); err != nil {
-		return Offloaded{}, err
+		return store.Offloaded{}, err
 	}
 	defer f.end()
 	s, err := f.session(session)
 	if err != nil {
-		return Offloaded{}, err
+		return store.Offloaded{}, err
 	}
 	dir, txt, meta, err := offloadPaths(s.dir, key)
 	if err != nil {
-		return Offloaded{}, err
+		return store.Offloaded{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	unlock, err := f.beginWrite(ctx, s)
 	if err != nil {
-		return Offloaded{}, err
+		return store.Offloaded{}, err
 	}
 	defer unlock()
 	if err := mkdirSync(dir); err != nil {
-		return Offloaded{}, err
+		return store.Offloaded{}, err
 	}
 	now := f.now()
 	old, ok, err := readOffloaded(key, txt, meta)
 	if err != nil {
-		return Offloaded{}, err
+		return store.Offloaded{}, err
 	}
 	if ok {
-		if !expired(old.Expires, now) {
+		if !store.Expired(old.Expires, now) {
 			return old, nil
 		}
 		// Replace an expired result: remove its text first, so that no reader ever pairs the
 		// old text with the new expiry.
 		if err := os.Remove(txt); err != nil {
-			return Offloaded{}, err
+			return store.Offloaded{}, err
 		}
 	}
-	m := offloadMeta{Key: key, Bytes: len(text), Lines: CountLines(text), Expires: expires.Round(0), Created: now.UTC()}
+	m := offloadMeta{Key: key, Bytes: len(text), Lines: store.CountLines(text), Expires: expires.Round(0), Created: now.UTC()}
 	mb, err := json.Marshal(m)
 	if err != nil {
-		return Offloaded{}, err
+		return store.Offloaded{}, err
 	}
 	if err := writeFileAtomic(dir, key+metaSuffix, append(mb, '\n')); err != nil {
-		return Offloaded{}, err
+		return store.Offloaded{}, err
 	}
 	if err := writeFileAtomic(dir, key+txtSuffix, []byte(text)); err != nil {
-		return Offloaded{}, err
+		return store.Offloaded{}, err
 	}
 	if err := syncDir(dir); err != nil {
-		return Offloaded{}, err
+		return store.Offloaded{}, err
 	}
-	return Offloaded{Key: key, Location: Location(txt), Bytes: m.Bytes, Lines: m.Lines, Expires: m.Expires}, nil
+	return store.Offloaded{Key: key, Location: store.Location(txt), Bytes: m.Bytes, Lines: m.Lines, Expires: m.Expires}, nil
 }
 
-// ReadOffload implements Store. An unknown session or key is ErrNotFound; a result whose
+// ReadOffload implements store.Store. An unknown session or key is store.ErrNotFound; a result whose
 // expiry (by the store's clock) has passed but that Cleanup has not removed yet is
-// ErrExpired.
-func (f *Files) ReadOffload(ctx context.Context, session, key string, fromLine, maxLines int) (string, int, error) {
+// store.ErrExpired.
+func (f *Store) ReadOffload(ctx context.Context, session, key string, fromLine, maxLines int) (string, int, error) {
 	if err := f.begin(ctx, session, key); err != nil {
 		return "", 0, err
 	}
@@ -1177,24 +1182,24 @@ func (f *Files) ReadOffload(ctx context.Context, session, key string, fromLine, 
 		return "", 0, err
 	}
 	var m offloadMeta
-	if b, err := os.ReadFile(meta); err == nil && json.Unmarshal(b, &m) == nil && expired(m.Expires, f.now()) {
-		return "", 0, fmt.Errorf("%w: offloaded result %q of session %q expired at %s", ErrExpired, key, session, m.Expires.Format(time.RFC3339))
+	if b, err := os.ReadFile(meta); err == nil && json.Unmarshal(b, &m) == nil && store.Expired(m.Expires, f.now()) {
+		return "", 0, fmt.Errorf("%w: offloaded result %q of session %q expired at %s", store.ErrExpired, key, session, m.Expires.Format(time.RFC3339))
 	}
 	b, err := os.ReadFile(txt)
 	if errors.Is(err, fs.ErrNotExist) {
-		return "", 0, fmt.Errorf("%w: offloaded result %q of session %q", ErrNotFound, key, session)
+		return "", 0, fmt.Errorf("%w: offloaded result %q of session %q", store.ErrNotFound, key, session)
 	}
 	if err != nil {
 		return "", 0, err
 	}
-	text, total := SplitLines(string(b), fromLine, maxLines)
+	text, total := store.SplitLines(string(b), fromLine, maxLines)
 	return text, total, nil
 }
 
 // Cleanup implements Store: it removes the text and sidecar of every offloaded result whose
 // expiry lies before now and returns how many results it removed; it also removes sidecars
 // without a text and temporary files left by crashes that are older than an hour.
-func (f *Files) Cleanup(ctx context.Context, now time.Time) (int, error) {
+func (f *Store) Cleanup(ctx context.Context, now time.Time) (int, error) {
 	if err := f.begin(ctx); err != nil {
 		return 0, err
 	}
@@ -1217,7 +1222,7 @@ func (f *Files) Cleanup(ctx context.Context, now time.Time) (int, error) {
 	return total, nil
 }
 
-func (f *Files) cleanupSession(ctx context.Context, id string, now time.Time) (int, error) {
+func (f *Store) cleanupSession(ctx context.Context, id string, now time.Time) (int, error) {
 	s, err := f.session(id)
 	if err != nil {
 		return 0, err
@@ -1253,7 +1258,7 @@ func (f *Files) cleanupSession(ctx context.Context, id string, now time.Time) (i
 			continue
 		}
 		key, ok := strings.CutSuffix(name, metaSuffix)
-		if !ok || CheckID(key) != nil {
+		if !ok || store.CheckID(key) != nil {
 			continue
 		}
 		_, txt, meta, err := offloadPaths(s.dir, key)
@@ -1268,10 +1273,10 @@ func (f *Files) cleanupSession(ctx context.Context, id string, now time.Time) (i
 		_, terr := os.Stat(txt)
 		switch {
 		case errors.Is(terr, fs.ErrNotExist): // orphan sidecar
-			if expired(m.Expires, now) {
+			if store.Expired(m.Expires, now) {
 				removed = os.Remove(meta) == nil || removed
 			}
-		case expired(m.Expires, now):
+		case store.Expired(m.Expires, now):
 			if err := os.Remove(txt); err != nil {
 				return n, err
 			}
@@ -1297,8 +1302,8 @@ func (f *Files) cleanupSession(ctx context.Context, id string, now time.Time) (i
 // which the next Prune deletes. A writer of the session, in this process or another, either
 // finishes before the rename (the session is then recent and kept) or finds the session gone
 // afterwards and starts it afresh: an Append at a position other than 0 then fails with
-// ErrConflict.
-func (f *Files) Prune(ctx context.Context, olderThan time.Time, dryRun bool) ([]SessionInfo, error) {
+// store.ErrConflict.
+func (f *Store) Prune(ctx context.Context, olderThan time.Time, dryRun bool) ([]store.SessionInfo, error) {
 	if err := f.begin(ctx); err != nil {
 		return nil, err
 	}
@@ -1312,7 +1317,7 @@ func (f *Files) Prune(ctx context.Context, olderThan time.Time, dryRun bool) ([]
 	if err != nil {
 		return nil, err
 	}
-	out := []SessionInfo{}
+	out := []store.SessionInfo{}
 	for _, id := range ids {
 		if err := ctx.Err(); err != nil {
 			return out, err
@@ -1330,50 +1335,50 @@ func (f *Files) Prune(ctx context.Context, olderThan time.Time, dryRun bool) ([]
 
 const prunedPrefix = ".pruned-"
 
-func (f *Files) pruneSession(ctx context.Context, id string, olderThan time.Time, dryRun bool) (SessionInfo, bool, error) {
+func (f *Store) pruneSession(ctx context.Context, id string, olderThan time.Time, dryRun bool) (store.SessionInfo, bool, error) {
 	s, err := f.session(id)
 	if err != nil {
-		return SessionInfo{}, false, err
+		return store.SessionInfo{}, false, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	info, ok, err := s.info(ctx)
 	if err != nil || !ok || !info.Updated.Before(olderThan) {
-		return SessionInfo{}, false, err
+		return store.SessionInfo{}, false, err
 	}
 	if dryRun {
 		return info, true, nil
 	}
 	unlock, err := s.lock(ctx, true)
 	if errors.Is(err, errGone) {
-		return SessionInfo{}, false, nil
+		return store.SessionInfo{}, false, nil
 	}
 	if err != nil {
-		return SessionInfo{}, false, err
+		return store.SessionInfo{}, false, err
 	}
 	// Another process may have written between the first look and the lock.
 	if info, ok, err = s.info(ctx); err != nil || !ok || !info.Updated.Before(olderThan) {
 		unlock()
-		return SessionInfo{}, false, err
+		return store.SessionInfo{}, false, err
 	}
 	tomb := filepath.Join(f.root, fmt.Sprintf("%s%s-%d", prunedPrefix, id, time.Now().UnixNano()))
 	err = os.Rename(s.dir, tomb)
 	unlock()
 	if err != nil {
-		return SessionInfo{}, false, err
+		return store.SessionInfo{}, false, err
 	}
 	s.reset()
 	if err := syncDir(f.root); err != nil {
-		return SessionInfo{}, false, err
+		return store.SessionInfo{}, false, err
 	}
 	if err := os.RemoveAll(tomb); err != nil {
-		return SessionInfo{}, false, err
+		return store.SessionInfo{}, false, err
 	}
 	return info, true, nil
 }
 
 // removePruned deletes what a Prune interrupted by a crash left behind.
-func (f *Files) removePruned() error {
+func (f *Store) removePruned() error {
 	entries, err := os.ReadDir(f.root)
 	if err != nil {
 		return err
@@ -1388,13 +1393,13 @@ func (f *Files) removePruned() error {
 	return nil
 }
 
-// Close implements Store. It waits for calls in progress; later calls, Close included,
-// return ErrClosed. Nothing needs flushing: every write was durable when it returned.
-func (f *Files) Close() error {
+// Close implements store.Store. It waits for calls in progress; later calls, Close included,
+// return store.ErrClosed. Nothing needs flushing: every write was durable when it returned.
+func (f *Store) Close() error {
 	f.gate.Lock()
 	defer f.gate.Unlock()
 	if f.closed {
-		return ErrClosed
+		return store.ErrClosed
 	}
 	f.closed = true
 	f.mu.Lock()
