@@ -38,15 +38,12 @@ type Config struct {
 	OffloadRetention time.Duration
 
 	// Masking replaces old tool results by one-line stubs. MaskKeep is how many of the newest
-	// tool results are never masked (default 10); MaskProtectTokens additionally protects the
-	// results within that many of the newest history tokens (default 0). MaskMinSaving: mask
-	// only when that frees at least this many tokens, so that the prefix changes rarely
-	// (default 5% of the window; -1: no minimum). MaskKeep -1 disables masking; MaskKeep 0
-	// means the default 10 unless MaskProtectTokens is set, when the newest tokens alone
-	// protect (BaseAgent's rule).
-	MaskKeep          int
-	MaskProtectTokens int
-	MaskMinSaving     int
+	// tool results are never masked (default 10; 0 means the default unless
+	// Seed.MaskProtectTokens is set, when the newest tokens alone protect: BaseAgent's rule).
+	// MaskMinSaving: mask only when that frees at least this many tokens, so that the prefix
+	// changes rarely (default 5% of the window; -1: no minimum). MaskKeep -1 disables masking.
+	MaskKeep      int
+	MaskMinSaving int
 	// AgeOut re-truncates a tool result to OldToolResultCap on any call once it is older than
 	// the RecentToolResults newest, but only where that pays for itself under the cost model
 	// (Prices.Expected): aged results are cut in batches, together with superseded ones, and a
@@ -65,10 +62,6 @@ type Config struct {
 	// summarizing, so that the conversation's own messages stay verbatim (the summary runs
 	// only if that is not enough). Default off (the default preset turns it on).
 	MaskBeforeSummary bool
-	// RollingRewrite applies masking and the older cap on every call, not only over the
-	// threshold: the published "observation masking" baseline. Every rewrite is a prompt-cache
-	// miss for what follows it, so the default is off.
-	RollingRewrite bool
 
 	// Prices is the price profile rewrites are decided by (see Prices.Expected): a rewrite
 	// of history already sent is a prompt-cache miss for what follows it, and is made only
@@ -104,28 +97,9 @@ type Config struct {
 	// default is off; turn it on with a slow LLM summarizer.
 	Background bool
 
-	// Triggers by count, for seed presets (0: off): compact when the live history has more
-	// than MaxMessages messages or more than MaxTurns turns. TriggerTokens, when > 0, replaces
-	// the threshold ratio by an absolute limit on input + max output.
-	MaxMessages   int
-	MaxTurns      int
-	TriggerTokens int
-	// Keep rules decide what compaction leaves (default: the reserve of Budget). KeepMessages
-	// keeps at least that many newest messages, KeepUserTurns that many newest turns,
-	// KeepTurnFraction that fraction of the turns; every cut is snapped to a turn boundary.
-	KeepMessages     int
-	KeepUserTurns    int
-	KeepTurnFraction float64
-
-	// TurnCuts restricts compaction cuts to turn boundaries (before a user message), as the
-	// seed systems do. By default a cut may also fall between two complete tool iterations
-	// inside a turn, so that a long single-turn agent run (a coding agent's whole task) can be
-	// summarized; the latest user message then stays pinned before the summary.
-	TurnCuts bool
-
-	// TruncateTokens is the middle-out cap in tokens for a tool result of the active turn when
-	// one huge turn does not fit (default: what makes it fit). 0: computed.
-	TruncateTokens int
+	// Seed holds the rules only the seed presets use (count triggers, keep rules, turn-only
+	// cuts, rolling rewrites): ctxmgr's own pipeline needs none of them. Zero: all off.
+	Seed SeedRules
 
 	// MaxRecoveries bounds Recover calls in a row without a new message. Default 3.
 	MaxRecoveries int
@@ -141,6 +115,39 @@ type Config struct {
 	Logger *slog.Logger
 	// OnEvent, if set, is called synchronously with every event.
 	OnEvent func(Event)
+}
+
+// SeedRules are the rules of the systems the seed presets reproduce (CoPaw, QwenPaw,
+// Picoclaw, CowAgent, BaseAgent) and of the masking baseline, which ctxmgr's own pipeline does
+// not use. Every zero value is off.
+type SeedRules struct {
+	// Triggers by count (0: off): compact when the live history has more than MaxMessages
+	// messages or more than MaxTurns turns. TriggerTokens, when > 0, replaces the threshold
+	// ratio by an absolute limit on input + max output.
+	MaxMessages   int
+	MaxTurns      int
+	TriggerTokens int
+	// Keep rules decide what compaction leaves (default: the reserve of Budget). KeepMessages
+	// keeps at least that many newest messages, KeepUserTurns that many newest turns,
+	// KeepTurnFraction that fraction of the turns; every cut is snapped to a turn boundary.
+	KeepMessages     int
+	KeepUserTurns    int
+	KeepTurnFraction float64
+	// TurnCuts restricts compaction cuts to turn boundaries (before a user message), as the
+	// seed systems do. By default a cut may also fall between two complete tool iterations
+	// inside a turn, so that a long single-turn agent run (a coding agent's whole task) can be
+	// summarized; the latest user message then stays pinned before the summary.
+	TurnCuts bool
+	// RollingRewrite applies masking and the older cap on every call, not only over the
+	// threshold: the published "observation masking" baseline. Every rewrite is a prompt-cache
+	// miss for what follows it, so ctxmgr's own pipeline never does it.
+	RollingRewrite bool
+	// MaskProtectTokens protects from masking the tool results within that many of the newest
+	// history tokens (BaseAgent).
+	MaskProtectTokens int
+	// TruncateTokens is the middle-out cap in tokens for a tool result of the active turn when
+	// one huge turn does not fit (BaseAgent: 2500). 0: what makes it fit.
+	TruncateTokens int
 }
 
 // ErrInvalidConfig is wrapped by every Config.Validate error.
@@ -178,7 +185,7 @@ func (c Config) WithDefaults() Config {
 	if c.RequestedReadCap == 0 && c.ToolResultCap > 0 {
 		c.RequestedReadCap = min(4*c.ToolResultCap, c.Budget.Window)
 	}
-	if c.MaskKeep == 0 && c.MaskProtectTokens == 0 {
+	if c.MaskKeep == 0 && c.Seed.MaskProtectTokens == 0 {
 		c.MaskKeep = 10 // with MaskProtectTokens set, 0 means what it says: tokens alone protect
 	}
 	if c.MaskMinSaving == 0 {
@@ -230,19 +237,19 @@ func (c Config) Validate() error {
 		return configErr("RecentToolResults", "%d < 0", c.RecentToolResults)
 	case c.MaskKeep < -1:
 		return configErr("MaskKeep", "%d < -1", c.MaskKeep)
-	case c.MaskProtectTokens < 0 || c.MaskMinSaving < -1:
+	case c.Seed.MaskProtectTokens < 0 || c.MaskMinSaving < -1:
 		return configErr("MaskProtectTokens/MaskMinSaving", "negative")
 	case c.SummaryTokens < 0 || c.SummaryTokens >= c.Budget.Window/2:
 		return configErr("SummaryTokens", "%d must be below half the window", c.SummaryTokens)
-	case c.MaxMessages < 0 || c.MaxTurns < 0 || c.TriggerTokens < 0:
+	case c.Seed.MaxMessages < 0 || c.Seed.MaxTurns < 0 || c.Seed.TriggerTokens < 0:
 		return configErr("MaxMessages/MaxTurns/TriggerTokens", "negative")
-	case c.TriggerTokens > c.Budget.Window:
-		return configErr("TriggerTokens", "%d above the window %d", c.TriggerTokens, c.Budget.Window)
-	case c.KeepMessages < 0 || c.KeepUserTurns < 0:
+	case c.Seed.TriggerTokens > c.Budget.Window:
+		return configErr("TriggerTokens", "%d above the window %d", c.Seed.TriggerTokens, c.Budget.Window)
+	case c.Seed.KeepMessages < 0 || c.Seed.KeepUserTurns < 0:
 		return configErr("KeepMessages/KeepUserTurns", "negative")
-	case c.KeepTurnFraction < 0 || c.KeepTurnFraction >= 1:
-		return configErr("KeepTurnFraction", "%v not in [0,1)", c.KeepTurnFraction)
-	case c.TruncateTokens < 0:
+	case c.Seed.KeepTurnFraction < 0 || c.Seed.KeepTurnFraction >= 1:
+		return configErr("KeepTurnFraction", "%v not in [0,1)", c.Seed.KeepTurnFraction)
+	case c.Seed.TruncateTokens < 0:
 		return configErr("TruncateTokens", "negative")
 	case c.MaxRecoveries < 0 || c.MaxRecoveries > 10:
 		return configErr("MaxRecoveries", "%d not in [0,10]", c.MaxRecoveries)

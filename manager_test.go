@@ -420,7 +420,7 @@ func TestConfigValidate(t *testing.T) {
 	bad := []Config{
 		{ToolResultCap: 10},
 		{MaskKeep: -5},
-		{KeepTurnFraction: 1.5},
+		{Seed: SeedRules{KeepTurnFraction: 1.5}},
 		{MaxRecoveries: 50},
 	}
 	for i, c := range bad {

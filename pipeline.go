@@ -75,7 +75,7 @@ func (s *Session) prepare(ctx context.Context, force bool) (Prepared, error) {
 	rep := &Report{Window: w.Window, MaxOutput: w.MaxOutput, Before: s.regions()}
 	rep.InputBefore = s.plan().Input
 
-	if cfg.RollingRewrite {
+	if cfg.Seed.RollingRewrite {
 		if err := s.rewrite(ctx, false, "rolling", rep); err != nil {
 			return Prepared{}, err
 		}
@@ -84,7 +84,7 @@ func (s *Session) prepare(ctx context.Context, force bool) (Prepared, error) {
 		return Prepared{}, err
 	}
 	if force || s.overTrigger() {
-		if !cfg.RollingRewrite {
+		if !cfg.Seed.RollingRewrite {
 			if err := s.rewrite(ctx, force, "over the compaction threshold", rep); err != nil {
 				return Prepared{}, err
 			}
@@ -128,18 +128,18 @@ func (s *Session) pending() error {
 func (s *Session) overTrigger() bool {
 	cfg := &s.m.cfg
 	p := s.plan()
-	if cfg.TriggerTokens > 0 {
-		if p.Input+p.MaxOutput > cfg.TriggerTokens {
+	if cfg.Seed.TriggerTokens > 0 {
+		if p.Input+p.MaxOutput > cfg.Seed.TriggerTokens {
 			return true
 		}
 	} else if p.OverThreshold {
 		return true
 	}
 	n := len(s.entries) - s.start
-	if cfg.MaxMessages > 0 && n > cfg.MaxMessages {
+	if cfg.Seed.MaxMessages > 0 && n > cfg.Seed.MaxMessages {
 		return true
 	}
-	if cfg.MaxTurns > 0 && len(turns.Boundaries(s.live())) > cfg.MaxTurns {
+	if cfg.Seed.MaxTurns > 0 && len(turns.Boundaries(s.live())) > cfg.Seed.MaxTurns {
 		return true
 	}
 	return p.OverBudget
@@ -252,7 +252,7 @@ func (s *Session) keepCut() int {
 		return s.start
 	}
 	target := n
-	counted := cfg.KeepMessages > 0 || cfg.KeepUserTurns > 0 || cfg.KeepTurnFraction > 0
+	counted := cfg.Seed.KeepMessages > 0 || cfg.Seed.KeepUserTurns > 0 || cfg.Seed.KeepTurnFraction > 0
 	if !counted {
 		keep := s.window().ReserveTokens()
 		sum := 0
@@ -266,18 +266,18 @@ func (s *Session) keepCut() int {
 		}
 	}
 	b := turns.Boundaries(live)
-	if cfg.KeepMessages > 0 {
-		target = min(target, max(0, n-cfg.KeepMessages))
+	if cfg.Seed.KeepMessages > 0 {
+		target = min(target, max(0, n-cfg.Seed.KeepMessages))
 	}
-	if cfg.KeepUserTurns > 0 {
-		if len(b) >= cfg.KeepUserTurns {
-			target = min(target, b[len(b)-cfg.KeepUserTurns])
+	if cfg.Seed.KeepUserTurns > 0 {
+		if len(b) >= cfg.Seed.KeepUserTurns {
+			target = min(target, b[len(b)-cfg.Seed.KeepUserTurns])
 		} else {
 			target = 0
 		}
 	}
-	if cfg.KeepTurnFraction > 0 && len(b) > 0 {
-		keepTurns := int(math.Ceil(cfg.KeepTurnFraction * float64(len(b))))
+	if cfg.Seed.KeepTurnFraction > 0 && len(b) > 0 {
+		keepTurns := int(math.Ceil(cfg.Seed.KeepTurnFraction * float64(len(b))))
 		target = min(target, b[len(b)-max(1, keepTurns)])
 	}
 	return s.snapCut(live, target)
@@ -291,7 +291,7 @@ func (s *Session) minCut() int {
 }
 
 // snapCut snaps a live-relative target backwards to the nearest safe cut and returns it as a
-// history position (s.start when there is none): a turn boundary, or, unless Config.TurnCuts,
+// history position (s.start when there is none): a turn boundary, or, unless Config.Seed.TurnCuts,
 // the start of a tool iteration no call crosses (turns.SafeCut with Iterations), so that one
 // long turn (a coding agent's whole run) can be cut too. The latest user message is never
 // evicted: a cut past it pins it (see Session.pinned).
@@ -300,7 +300,7 @@ func (s *Session) snapCut(live []chat.Message, target int) int {
 	if target <= 0 {
 		return s.start
 	}
-	opts := turns.CutOptions{Search: turns.Backward, Iterations: !s.m.cfg.TurnCuts}
+	opts := turns.CutOptions{Search: turns.Backward, Iterations: !s.m.cfg.Seed.TurnCuts}
 	if cut, ok := turns.SafeCut(live, target, opts); ok && cut > 0 {
 		return s.start + cut
 	}
@@ -324,9 +324,9 @@ func (s *Session) rewrite(ctx context.Context, force bool, reason string, rep *R
 	var cands []cand
 	saving := 0
 	protected := make(map[int]bool)
-	if cfg.MaskProtectTokens > 0 {
+	if cfg.Seed.MaskProtectTokens > 0 {
 		sum := 0
-		for i := len(s.entries) - 1; i >= s.start && sum < cfg.MaskProtectTokens; i-- {
+		for i := len(s.entries) - 1; i >= s.start && sum < cfg.Seed.MaskProtectTokens; i-- {
 			sum += s.entries[i].tokens
 			protected[i] = true
 		}
@@ -443,8 +443,8 @@ func (s *Session) truncate(ctx context.Context, rep *Report) error {
 		}
 	}
 	capTok := lo
-	if s.m.cfg.TruncateTokens > 0 {
-		capTok = min(capTok, s.m.cfg.TruncateTokens)
+	if s.m.cfg.Seed.TruncateTokens > 0 {
+		capTok = min(capTok, s.m.cfg.Seed.TruncateTokens)
 	}
 	before := p.Input
 	n := 0

@@ -69,26 +69,29 @@ func preset(name string, window, maxOutput int) (Config, error) {
 	case PresetMasking:
 		// Lindenbauer et al. 2025: keep the last 10 tool outputs, mask older ones, on every
 		// call; no summaries.
-		return Config{Budget: w, ToolResultCap: -1, MaskKeep: 10, MaskMinSaving: -1, RollingRewrite: true, DisableSummary: true}, nil
+		return Config{Budget: w, ToolResultCap: -1, MaskKeep: 10, MaskMinSaving: -1, DisableSummary: true,
+			Seed: SeedRules{RollingRewrite: true}}, nil
 	case PresetCoPaw:
 		// Trigger 0.75 x max_input_length, reserve 0.1 x window, tool-result compaction off,
 		// structured incremental summary, tokenizer counts.
 		w.Threshold, w.Reserve = 0.75, 0.10
-		return Config{Budget: w, ToolResultCap: -1, MaskKeep: -1, TurnCuts: true}, nil
+		return Config{Budget: w, ToolResultCap: -1, MaskKeep: -1, Seed: SeedRules{TurnCuts: true}}, nil
 	case PresetQwenPaw:
 		// Trigger 0.8, reserve 0.1; tool results: the 2 most recent keep 50000 bytes, older
 		// ones are cut to 3000 bytes, full text offloaded to files kept 5 days; tokens are
 		// UTF-8 bytes / 4.
 		w.Threshold, w.Reserve = 0.80, 0.10
-		return Config{Budget: w, TurnCuts: true, ToolResultCap: 50000, OldToolResultCap: 3000, RecentToolResults: 2,
-			MaskKeep: -1, MaskMinSaving: -1, RollingRewrite: true, OffloadRetention: 5 * 24 * time.Hour,
+		return Config{Budget: w, ToolResultCap: 50000, OldToolResultCap: 3000, RecentToolResults: 2,
+			MaskKeep: -1, MaskMinSaving: -1, OffloadRetention: 5 * 24 * time.Hour,
+			Seed:    SeedRules{TurnCuts: true, RollingRewrite: true},
 			Counter: tokens.NewRatio(tokens.RatioOptions{Name: "bytes/4", PerToken: 4})}, nil
 	case PresetPicoclaw:
 		// Summarize when the history has more than 20 messages or passes 75% of the window;
 		// keep the last 4 messages, snapped to a turn; no tool-result handling; tokens are
 		// characters * 2/5 plus 256 per media item.
 		w.Threshold = 0.75
-		return Config{Budget: w, TurnCuts: true, MaxMessages: 20, KeepMessages: 4, ToolResultCap: -1, MaskKeep: -1,
+		return Config{Budget: w, ToolResultCap: -1, MaskKeep: -1,
+			Seed:    SeedRules{TurnCuts: true, MaxMessages: 20, KeepMessages: 4},
 			Counter: tokens.NewRatio(tokens.RatioOptions{Name: "chars*2/5", PerToken: 2.5, Runes: true, MediaTokens: 256})}, nil
 	case PresetCowAgent:
 		// Summarize past 20 turns or 50000 tokens, keeping the newest half of the turns;
@@ -96,8 +99,8 @@ func preset(name string, window, maxOutput int) (Config, error) {
 		// as characters / 4.
 		w.Threshold = 0.95
 		trigger := min(window, 50000+maxOutput)
-		return Config{Budget: w, TurnCuts: true, MaxTurns: 20, TriggerTokens: trigger, KeepTurnFraction: 0.5,
-			ToolResultCap: -1, OldToolResultCap: 20000, RecentToolResults: 2, RollingRewrite: true, MaskKeep: -1, MaskMinSaving: -1,
+		return Config{Budget: w, ToolResultCap: -1, OldToolResultCap: 20000, RecentToolResults: 2, MaskKeep: -1, MaskMinSaving: -1,
+			Seed:    SeedRules{TurnCuts: true, MaxTurns: 20, TriggerTokens: trigger, KeepTurnFraction: 0.5, RollingRewrite: true},
 			Counter: tokens.NewRatio(tokens.RatioOptions{Name: "chars/4", PerToken: 4, Runes: true})}, nil
 	case PresetBaseAgent:
 		// Compact at 85% of (window - max output) of input; keep the last 2 user turns;
@@ -105,8 +108,8 @@ func preset(name string, window, maxOutput int) (Config, error) {
 		// 20000 tokens; tool outputs capped middle-out at 2500 tokens; tokens are chars / 4.
 		input := 0.85 * float64(window-maxOutput)
 		w.Threshold = min(1, (input+float64(maxOutput))/float64(window))
-		return Config{Budget: w, TurnCuts: true, KeepUserTurns: 2, MaskKeep: 0, MaskProtectTokens: 40000, MaskMinSaving: 20000,
-			RollingRewrite: true, ToolResultCap: 2500 * 4, TruncateTokens: 2500,
+		return Config{Budget: w, MaskKeep: 0, MaskMinSaving: 20000, ToolResultCap: 2500 * 4,
+			Seed:    SeedRules{TurnCuts: true, KeepUserTurns: 2, MaskProtectTokens: 40000, RollingRewrite: true, TruncateTokens: 2500},
 			Counter: tokens.NewRatio(tokens.RatioOptions{Name: "chars/4", PerToken: 4, Runes: true})}, nil
 	}
 	return Config{}, fmt.Errorf("%w: unknown preset %q (known: %v)", ErrInvalidConfig, name, Presets())
