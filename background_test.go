@@ -34,7 +34,7 @@ func (g *gatedSummarizer) Summarize(ctx context.Context, req summarize.Request) 
 }
 
 func bgConfig(sum summarize.Summarizer) Config {
-	cfg := Config{Counter: tokens.NewRatio(tokens.RatioOptions{PerToken: 4}), ToolResultCap: -1, MaskKeep: -1,
+	cfg := Config{Counter: tokens.NewRatio(tokens.RatioOptions{PerToken: 4}), DisableOffload: true, DisableMasking: true,
 		Summarizer: sum, Background: true}
 	cfg.Budget.Window, cfg.Budget.MaxOutput = 10000, 1000
 	cfg.Budget.SoftThreshold, cfg.Budget.Threshold = 0.4, 0.8

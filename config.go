@@ -22,8 +22,10 @@ type Config struct {
 
 	// ToolResultCap is the ingestion cap in bytes: a tool result larger than this is written
 	// whole to the store when it is appended and replaced in context by a head+tail snippet and
-	// a reference. Default 50000 (QwenPaw's recent-message cap). -1 disables offloading.
+	// a reference. Default 50000 (QwenPaw's recent-message cap).
 	ToolResultCap int
+	// DisableOffload turns the ingestion cap off: tool results enter context whole.
+	DisableOffload bool
 	// OldToolResultCap, when > 0, is the smaller cap for tool results older than the
 	// RecentToolResults most recent ones (QwenPaw: 3000 bytes). Re-truncation keeps the same
 	// stored reference. It is applied together with masking (a batched rewrite), or on every
@@ -33,17 +35,22 @@ type Config struct {
 	RecentToolResults int
 	// ExemptTools names tools whose results are never offloaded, truncated or masked.
 	ExemptTools []string
-	// OffloadRetention is how long offloaded results are kept. Default 5 days; -1 keeps them
-	// forever.
+	// OffloadRetention is how long offloaded results are kept. Default 5 days.
 	OffloadRetention time.Duration
+	// KeepOffloads keeps offloaded results forever (no retention).
+	KeepOffloads bool
 
 	// Masking replaces old tool results by one-line stubs. MaskKeep is how many of the newest
 	// tool results are never masked (default 10; 0 means the default unless
 	// Seed.MaskProtectTokens is set, when the newest tokens alone protect: BaseAgent's rule).
 	// MaskMinSaving: mask only when that frees at least this many tokens, so that the prefix
-	// changes rarely (default 5% of the window; -1: no minimum). MaskKeep -1 disables masking.
+	// changes rarely (default 5% of the window).
 	MaskKeep      int
 	MaskMinSaving int
+	// DisableMasking turns masking over the threshold off; DisableMaskMinSaving masks whatever
+	// it frees (no minimum).
+	DisableMasking       bool
+	DisableMaskMinSaving bool
 	// AgeOut re-truncates a tool result to OldToolResultCap on any call once it is older than
 	// the RecentToolResults newest, but only where that pays for itself under the cost model
 	// (Prices.Expected): aged results are cut in batches, together with superseded ones, and a
@@ -81,9 +88,10 @@ type Config struct {
 	ReadTools []ReadTool
 	// RequestedReadCap is the ingestion cap in bytes for results the agent requested as file
 	// reads (see ReadTools); they age out by the cost model like the others. Default: four
-	// times ToolResultCap, at most the window in bytes (a quarter of it in tokens); -1: the
-	// ordinary cap.
+	// times ToolResultCap, at most the window in bytes (a quarter of it in tokens).
 	RequestedReadCap int
+	// DisableRequestedReadCap gives requested reads the ordinary ToolResultCap.
+	DisableRequestedReadCap bool
 
 	// Summarizer summarizes evicted turns. Default: the extractive summarizer.
 	Summarizer summarize.Summarizer
@@ -170,25 +178,25 @@ func (c Config) WithDefaults() Config {
 		c.Budget.SafetyMargin = budget.ZeroRatio
 	}
 	c.Budget = c.Budget.WithDefaults()
-	if c.ToolResultCap == 0 {
+	if c.ToolResultCap == 0 && !c.DisableOffload {
 		c.ToolResultCap = 50000
 	}
 	if c.RecentToolResults == 0 {
 		c.RecentToolResults = 2
 	}
-	if c.OffloadRetention == 0 {
+	if c.OffloadRetention == 0 && !c.KeepOffloads {
 		c.OffloadRetention = 5 * 24 * time.Hour
 	}
 	if c.Prices == (Prices{}) {
 		c.Prices = PricesAnthropic
 	}
-	if c.RequestedReadCap == 0 && c.ToolResultCap > 0 {
+	if c.RequestedReadCap == 0 && c.ToolResultCap > 0 && !c.DisableOffload && !c.DisableRequestedReadCap {
 		c.RequestedReadCap = min(4*c.ToolResultCap, c.Budget.Window)
 	}
-	if c.MaskKeep == 0 && c.Seed.MaskProtectTokens == 0 {
+	if c.MaskKeep == 0 && c.Seed.MaskProtectTokens == 0 && !c.DisableMasking {
 		c.MaskKeep = 10 // with MaskProtectTokens set, 0 means what it says: tokens alone protect
 	}
-	if c.MaskMinSaving == 0 {
+	if c.MaskMinSaving == 0 && !c.DisableMaskMinSaving {
 		c.MaskMinSaving = c.Budget.Window / 20
 	}
 	if c.SummaryTokens == 0 {
@@ -225,19 +233,21 @@ func (c Config) Validate() error {
 	switch {
 	case c.CostMaskKeep < 0:
 		return configErr("CostMaskKeep", "%d < 0", c.CostMaskKeep)
-	case c.RequestedReadCap < -1:
-		return configErr("RequestedReadCap", "%d < -1", c.RequestedReadCap)
-	case c.ToolResultCap < -1:
-		return configErr("ToolResultCap", "%d < -1", c.ToolResultCap)
+	case c.RequestedReadCap < 0:
+		return configErr("RequestedReadCap", "%d < 0 (DisableRequestedReadCap turns it off)", c.RequestedReadCap)
+	case c.ToolResultCap < 0:
+		return configErr("ToolResultCap", "%d < 0 (DisableOffload turns it off)", c.ToolResultCap)
+	case c.OffloadRetention < 0:
+		return configErr("OffloadRetention", "%v < 0 (KeepOffloads keeps them forever)", c.OffloadRetention)
 	case c.ToolResultCap > 0 && c.ToolResultCap < 256:
 		return configErr("ToolResultCap", "%d bytes leaves no room for a snippet and its reference (min 256)", c.ToolResultCap)
 	case c.OldToolResultCap < 0 || c.OldToolResultCap > 0 && c.OldToolResultCap < 256:
 		return configErr("OldToolResultCap", "%d: 0 (off) or at least 256", c.OldToolResultCap)
 	case c.RecentToolResults < 0:
 		return configErr("RecentToolResults", "%d < 0", c.RecentToolResults)
-	case c.MaskKeep < -1:
-		return configErr("MaskKeep", "%d < -1", c.MaskKeep)
-	case c.Seed.MaskProtectTokens < 0 || c.MaskMinSaving < -1:
+	case c.MaskKeep < 0:
+		return configErr("MaskKeep", "%d < 0 (DisableMasking turns masking off)", c.MaskKeep)
+	case c.Seed.MaskProtectTokens < 0 || c.MaskMinSaving < 0:
 		return configErr("MaskProtectTokens/MaskMinSaving", "negative")
 	case c.SummaryTokens < 0 || c.SummaryTokens >= c.Budget.Window/2:
 		return configErr("SummaryTokens", "%d must be below half the window", c.SummaryTokens)

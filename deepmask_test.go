@@ -16,7 +16,7 @@ func TestMaskBeforeSummary(t *testing.T) {
 	run := func(on bool) (summaries, masks int, p Prepared) {
 		ctx := context.Background()
 		var events []Event
-		cfg := Config{Counter: tokens.NewRatio(tokens.RatioOptions{PerToken: 4}), ToolResultCap: -1, MaskKeep: 12, MaskBeforeSummary: on,
+		cfg := Config{Counter: tokens.NewRatio(tokens.RatioOptions{PerToken: 4}), DisableOffload: true, MaskKeep: 12, MaskBeforeSummary: on,
 			RecentToolResults: 2, Summarizer: &fakeSummarizer{}, OnEvent: func(e Event) { events = append(events, e) }}
 		cfg.Budget.Window, cfg.Budget.MaxOutput, cfg.Budget.Threshold = 20000, 1000, 0.6
 		_, s := testManager(t, cfg)

@@ -19,7 +19,7 @@ func TestEventsStored(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	cfg := Config{Store: st, Counter: tokens.NewRatio(tokens.RatioOptions{PerToken: 4}), ToolResultCap: 1000, MaskKeep: -1, Summarizer: &fakeSummarizer{}}
+	cfg := Config{Store: st, Counter: tokens.NewRatio(tokens.RatioOptions{PerToken: 4}), ToolResultCap: 1000, DisableMasking: true, Summarizer: &fakeSummarizer{}}
 	cfg.Budget.Window, cfg.Budget.MaxOutput = 4000, 500
 	_, s := testManager(t, cfg)
 	for i := 0; i < 30; i++ {

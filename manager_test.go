@@ -95,7 +95,7 @@ func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "\uFFFD") == s }
 func TestMaskingBatchedByMinSaving(t *testing.T) {
 	ctx := context.Background()
 	counter := tokens.NewRatio(tokens.RatioOptions{PerToken: 4})
-	cfg := Config{Counter: counter, ToolResultCap: -1, MaskKeep: 1, MaskMinSaving: 3000, DisableSummary: true}
+	cfg := Config{Counter: counter, DisableOffload: true, MaskKeep: 1, MaskMinSaving: 3000, DisableSummary: true}
 	cfg.Budget.Window, cfg.Budget.MaxOutput, cfg.Budget.Threshold = 20000, 1000, 0.5
 	_, s := testManager(t, cfg)
 	appendAll(t, s, chat.TextMessage(chat.RoleUser, "go"))
@@ -127,7 +127,7 @@ func TestMaskingBatchedByMinSaving(t *testing.T) {
 func TestSummarizeArchivesAndKeepsReserve(t *testing.T) {
 	ctx := context.Background()
 	counter := tokens.NewRatio(tokens.RatioOptions{PerToken: 4})
-	cfg := Config{Counter: counter, ToolResultCap: -1, MaskKeep: -1, Summarizer: &fakeSummarizer{}}
+	cfg := Config{Counter: counter, DisableOffload: true, DisableMasking: true, Summarizer: &fakeSummarizer{}}
 	cfg.Budget.Window, cfg.Budget.MaxOutput = 8000, 1000
 	m, s := testManager(t, cfg)
 	var compactions int
@@ -166,7 +166,7 @@ func TestSummarizeArchivesAndKeepsReserve(t *testing.T) {
 func TestHugeTurnTruncatesAndNoFit(t *testing.T) {
 	ctx := context.Background()
 	counter := tokens.NewRatio(tokens.RatioOptions{PerToken: 4})
-	cfg := Config{Counter: counter, ToolResultCap: -1, MaskKeep: -1}
+	cfg := Config{Counter: counter, DisableOffload: true, DisableMasking: true}
 	cfg.Budget.Window, cfg.Budget.MaxOutput = 8000, 1000
 	_, s := testManager(t, cfg)
 	// One iteration with two parallel calls: no safe cut inside it.
@@ -440,7 +440,7 @@ func TestConfigValidate(t *testing.T) {
 func TestSingleTurnRunSummarizes(t *testing.T) {
 	ctx := context.Background()
 	counter := tokens.NewRatio(tokens.RatioOptions{PerToken: 4})
-	cfg := Config{Counter: counter, ToolResultCap: -1, MaskKeep: -1}
+	cfg := Config{Counter: counter, DisableOffload: true, DisableMasking: true}
 	cfg.Budget.Window, cfg.Budget.MaxOutput = 8000, 1000
 	_, s := testManager(t, cfg)
 	task := chat.TextMessage(chat.RoleUser, "Fix the failing test in pkg/handler.go")

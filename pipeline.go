@@ -312,7 +312,7 @@ func (s *Session) snapCut(live []chat.Message, target int) int {
 // prefix (and the provider's prompt cache) changes rarely.
 func (s *Session) rewrite(ctx context.Context, force bool, reason string, rep *Report) error {
 	cfg := &s.m.cfg
-	if cfg.MaskKeep < 0 && cfg.OldToolResultCap == 0 {
+	if cfg.DisableMasking && cfg.OldToolResultCap == 0 {
 		return nil
 	}
 	// Live tool results, newest first, with their rank and position from the end in tokens.
@@ -343,7 +343,7 @@ func (s *Session) rewrite(ctx context.Context, force bool, reason string, rep *R
 		if e.exempt || e.kind == viewMasked || e.kind == viewTruncated || e.kind == viewSuperseded {
 			continue
 		}
-		if cfg.MaskKeep >= 0 && r >= cfg.MaskKeep && !protected[i] {
+		if !cfg.DisableMasking && r >= cfg.MaskKeep && !protected[i] {
 			const stubTokens = 60
 			if e.tokens >= 2*stubTokens {
 				cands = append(cands, cand{i, viewMasked, e.tokens - stubTokens})
@@ -362,7 +362,7 @@ func (s *Session) rewrite(ctx context.Context, force bool, reason string, rep *R
 	if len(cands) == 0 {
 		return nil
 	}
-	if !force && saving < max(cfg.MaskMinSaving, 0) {
+	if !force && saving < cfg.MaskMinSaving {
 		return nil
 	}
 	before := s.plan().Input

@@ -38,7 +38,7 @@ func Preset(name string, window, maxOutput int) (Config, error) {
 	if err == nil && name != PresetDefault {
 		// The wider cap for requested reads is ctxmgr's own; the seed presets and masking
 		// keep the behaviour of the systems they reproduce.
-		c.RequestedReadCap = -1
+		c.DisableRequestedReadCap = true
 	}
 	return c, err
 }
@@ -69,20 +69,20 @@ func preset(name string, window, maxOutput int) (Config, error) {
 	case PresetMasking:
 		// Lindenbauer et al. 2025: keep the last 10 tool outputs, mask older ones, on every
 		// call; no summaries.
-		return Config{Budget: w, ToolResultCap: -1, MaskKeep: 10, MaskMinSaving: -1, DisableSummary: true,
+		return Config{Budget: w, DisableOffload: true, MaskKeep: 10, DisableMaskMinSaving: true, DisableSummary: true,
 			Seed: SeedRules{RollingRewrite: true}}, nil
 	case PresetCoPaw:
 		// Trigger 0.75 x max_input_length, reserve 0.1 x window, tool-result compaction off,
 		// structured incremental summary, tokenizer counts.
 		w.Threshold, w.Reserve = 0.75, 0.10
-		return Config{Budget: w, ToolResultCap: -1, MaskKeep: -1, Seed: SeedRules{TurnCuts: true}}, nil
+		return Config{Budget: w, DisableOffload: true, DisableMasking: true, Seed: SeedRules{TurnCuts: true}}, nil
 	case PresetQwenPaw:
 		// Trigger 0.8, reserve 0.1; tool results: the 2 most recent keep 50000 bytes, older
 		// ones are cut to 3000 bytes, full text offloaded to files kept 5 days; tokens are
 		// UTF-8 bytes / 4.
 		w.Threshold, w.Reserve = 0.80, 0.10
 		return Config{Budget: w, ToolResultCap: 50000, OldToolResultCap: 3000, RecentToolResults: 2,
-			MaskKeep: -1, MaskMinSaving: -1, OffloadRetention: 5 * 24 * time.Hour,
+			DisableMasking: true, DisableMaskMinSaving: true, OffloadRetention: 5 * 24 * time.Hour,
 			Seed:    SeedRules{TurnCuts: true, RollingRewrite: true},
 			Counter: tokens.NewRatio(tokens.RatioOptions{Name: "bytes/4", PerToken: 4})}, nil
 	case PresetPicoclaw:
@@ -90,7 +90,7 @@ func preset(name string, window, maxOutput int) (Config, error) {
 		// keep the last 4 messages, snapped to a turn; no tool-result handling; tokens are
 		// characters * 2/5 plus 256 per media item.
 		w.Threshold = 0.75
-		return Config{Budget: w, ToolResultCap: -1, MaskKeep: -1,
+		return Config{Budget: w, DisableOffload: true, DisableMasking: true,
 			Seed:    SeedRules{TurnCuts: true, MaxMessages: 20, KeepMessages: 4},
 			Counter: tokens.NewRatio(tokens.RatioOptions{Name: "chars*2/5", PerToken: 2.5, Runes: true, MediaTokens: 256})}, nil
 	case PresetCowAgent:
@@ -99,7 +99,7 @@ func preset(name string, window, maxOutput int) (Config, error) {
 		// as characters / 4.
 		w.Threshold = 0.95
 		trigger := min(window, 50000+maxOutput)
-		return Config{Budget: w, ToolResultCap: -1, OldToolResultCap: 20000, RecentToolResults: 2, MaskKeep: -1, MaskMinSaving: -1,
+		return Config{Budget: w, DisableOffload: true, OldToolResultCap: 20000, RecentToolResults: 2, DisableMasking: true, DisableMaskMinSaving: true,
 			Seed:    SeedRules{TurnCuts: true, MaxTurns: 20, TriggerTokens: trigger, KeepTurnFraction: 0.5, RollingRewrite: true},
 			Counter: tokens.NewRatio(tokens.RatioOptions{Name: "chars/4", PerToken: 4, Runes: true})}, nil
 	case PresetBaseAgent:

@@ -192,3 +192,97 @@ func TestPresetCowAgent(t *testing.T) {
 		t.Fatalf("first kept message %q, want q11", got)
 	}
 }
+
+// The default preset's documented rules: tool results above 10,000 bytes are capped at
+// ingestion, a requested read keeps up to 40,000 bytes, the threshold is 85% with a 20%
+// reserve, and the cost model (superseding, age-out, cost masking beyond the 30 newest) and
+// masking before summarizing are on.
+func TestPresetDefault(t *testing.T) {
+	cfg, err := Preset(PresetDefault, 200000, 32000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eff := cfg.WithDefaults()
+	if eff.ToolResultCap != 10000 || eff.RequestedReadCap != 40000 || eff.Budget.Threshold != 0.85 || eff.Budget.Reserve != 0.20 ||
+		!eff.AgeOut || !eff.Supersede || eff.CostMaskKeep != 30 || !eff.MaskBeforeSummary || eff.OldToolResultCap != 3000 ||
+		eff.DisableOffload || eff.DisableMasking || eff.Seed != (SeedRules{}) {
+		t.Fatalf("default preset: %+v", eff)
+	}
+	ctx := context.Background()
+	_, s, _ := presetManager(t, PresetDefault, 200000, 32000)
+	appendAll(t, s, chat.TextMessage(chat.RoleUser, "go"), call("c1"), chat.ToolResult("c1", "bash", lines(1200, "a bash result line"), false))
+	p, err := s.Prepare(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(p.Request.Messages[2].Text()); n > 11000 || !strings.Contains(p.Request.Messages[2].Text(), "offloaded") {
+		t.Fatalf("a %d-byte result has %d bytes in context, want it capped at ingestion near 10000", len(lines(1200, "a bash result line")), n)
+	}
+}
+
+// The masking baseline: no ingestion cap, no summaries, the 10 newest tool results kept and
+// older ones masked on every call, whatever that frees.
+func TestPresetMasking(t *testing.T) {
+	cfg, err := Preset(PresetMasking, 200000, 32000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.DisableOffload || !cfg.DisableSummary || cfg.MaskKeep != 10 || !cfg.DisableMaskMinSaving || !cfg.Seed.RollingRewrite {
+		t.Fatalf("masking preset: %+v", cfg)
+	}
+	ctx := context.Background()
+	_, s, _ := presetManager(t, PresetMasking, 200000, 32000)
+	appendAll(t, s, chat.TextMessage(chat.RoleUser, "go"))
+	for i := 0; i < 12; i++ {
+		id := fmt.Sprintf("c%d", i)
+		appendAll(t, s, call(id), chat.ToolResult(id, "bash", lines(30, fmt.Sprintf("result %d line", i)), false))
+	}
+	p, err := s.Prepare(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	masked := 0
+	for _, m := range p.Request.Messages {
+		if m.Role == chat.RoleTool && !strings.Contains(m.Text(), "line 1") {
+			masked++
+		}
+	}
+	if masked != 2 {
+		t.Fatalf("%d of 12 tool results masked, want the 2 beyond the newest 10", masked)
+	}
+	if n := len(p.Request.Messages[len(p.Request.Messages)-1].Text()); n < 30*10 {
+		t.Fatalf("the newest result was cut to %d bytes", n)
+	}
+}
+
+// The explicit switches do what the negative values did and negative values are refused.
+func TestConfigSwitches(t *testing.T) {
+	eff := Config{DisableOffload: true, KeepOffloads: true, DisableMasking: true, DisableMaskMinSaving: true}.WithDefaults()
+	if eff.ToolResultCap != 0 || eff.OffloadRetention != 0 || eff.MaskMinSaving != 0 || eff.RequestedReadCap != 0 {
+		t.Fatalf("switches left defaults: %+v", eff)
+	}
+	for _, c := range []Config{{ToolResultCap: -1}, {MaskKeep: -1}, {MaskMinSaving: -1}, {RequestedReadCap: -1}, {OffloadRetention: -1}} {
+		if _, err := New(c); err == nil {
+			t.Errorf("%+v accepted: a negative value is no longer a switch", c)
+		}
+	}
+	ctx := context.Background()
+	m, err := New(Config{DisableOffload: true, Logger: discardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	s, err := m.NewSession("sw", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := lines(4000, "a long tool output line") // ~100 KB, above the default 50,000-byte cap
+	appendAll(t, s, chat.TextMessage(chat.RoleUser, "go"), call("c1"), chat.ToolResult("c1", "bash", big, false))
+	p, err := s.Prepare(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Request.Messages[2].Text() != big {
+		t.Fatal("DisableOffload: the result was capped")
+	}
+}

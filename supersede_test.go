@@ -85,7 +85,7 @@ func TestSupersedeRereadFile(t *testing.T) {
 // A narrower later read does not supersede a wider earlier one; a wider one does.
 func TestSupersedeRanges(t *testing.T) {
 	ctx := context.Background()
-	_, s := testManager(t, Config{Supersede: true, ToolResultCap: -1})
+	_, s := testManager(t, Config{Supersede: true, DisableOffload: true})
 	chunk := lines(300, "line of the spec")
 	appendAll(t, s, chat.TextMessage(chat.RoleUser, "quote it"),
 		readCall("a", "/d.md", 100, 300), chat.ToolResult("a", "Read", chunk, false),

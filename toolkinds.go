@@ -256,7 +256,7 @@ func (s *Session) callOf(id string, batch []chat.Message) (chat.ToolCall, bool) 
 // (classify). batch holds the messages appended with it, before it.
 func (s *Session) ingestCap(e *entry, batch []chat.Message) int {
 	cfg := &s.m.cfg
-	if cfg.ToolResultCap <= 0 || e.exempt {
+	if cfg.DisableOffload || cfg.ToolResultCap <= 0 || e.exempt {
 		return 0
 	}
 	c := cfg.ToolResultCap
