@@ -23,12 +23,17 @@ import (
 // instantUpstream answers every chat request at once with a fixed small completion.
 func instantUpstream() *httptest.Server {
 	const answer = `{"id":"chatcmpl-bench","object":"chat.completion","created":1,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":1,"total_tokens":11}}`
+	const responsesAnswer = `{"id":"resp_bench","object":"response","status":"completed","model":"gpt-5","output":[{"type":"message","id":"msg_1","role":"assistant","status":"completed","content":[{"type":"output_text","text":"ok","annotations":[]}]}],"usage":{"input_tokens":10,"output_tokens":1,"total_tokens":11}}`
 	const anthropicAnswer = `{"id":"msg_bench","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","usage":{"input_tokens":10,"output_tokens":1}}`
 	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/json")
 		if strings.HasSuffix(r.URL.Path, "/messages") {
 			_, _ = io.WriteString(w, anthropicAnswer)
+			return
+		}
+		if strings.HasSuffix(r.URL.Path, "/responses") {
+			_, _ = io.WriteString(w, responsesAnswer)
 			return
 		}
 		_, _ = io.WriteString(w, answer)
@@ -92,6 +97,31 @@ func (c *benchConversation) anthropicBody(step int) []byte {
 	return b
 }
 
+// responsesBody is body in the Responses API's stateless form, as Codex CLI sends it (store
+// false, the whole history as input items).
+func (c *benchConversation) responsesBody(step int) []byte {
+	c.msgs = append(c.msgs, map[string]any{"role": "user", "content": fmt.Sprintf("Now check step %d again.", step)})
+	var items []any
+	for _, m := range c.msgs[1:] {
+		switch {
+		case m["role"] == "tool":
+			items = append(items, map[string]any{"type": "function_call_output", "call_id": m["tool_call_id"], "output": m["content"]})
+		case m["tool_calls"] != nil:
+			call := m["tool_calls"].([]any)[0].(map[string]any)
+			fn := call["function"].(map[string]any)
+			items = append(items, map[string]any{"type": "function_call", "call_id": call["id"], "name": fn["name"], "arguments": fn["arguments"]})
+		case m["role"] == "assistant":
+			items = append(items, map[string]any{"type": "message", "role": "assistant", "content": []any{map[string]any{"type": "output_text", "text": m["content"]}}})
+		default:
+			items = append(items, map[string]any{"type": "message", "role": "user", "content": []any{map[string]any{"type": "input_text", "text": m["content"]}}})
+		}
+	}
+	b, _ := json.Marshal(map[string]any{"model": "gpt-5", "instructions": c.msgs[0]["content"], "input": items, "store": false,
+		"tools": []any{map[string]any{"type": "function", "name": "grep", "parameters": map[string]any{"type": "object"}}}})
+	c.msgs = append(c.msgs, map[string]any{"role": "assistant", "content": "ok"})
+	return b
+}
+
 // next appends a user message and returns the request body (the client's whole history).
 func (c *benchConversation) body(step int) []byte {
 	c.msgs = append(c.msgs, map[string]any{"role": "user", "content": fmt.Sprintf("Now check step %d again.", step)})
@@ -103,8 +133,11 @@ func (c *benchConversation) body(step int) []byte {
 
 func post(b testing.TB, client *http.Client, url, session string, body []byte) time.Duration {
 	path := "/v1/chat/completions"
-	if bytes.HasPrefix(body, []byte(`{"max_tokens"`)) {
+	switch {
+	case bytes.HasPrefix(body, []byte(`{"max_tokens"`)):
 		path = "/v1/messages" // an anthropicBody (json.Marshal sorts the keys)
+	case bytes.HasPrefix(body, []byte(`{"input"`)):
+		path = "/v1/responses" // a responsesBody
 	}
 	req, _ := http.NewRequest("POST", url+path, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
@@ -163,15 +196,17 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	cases := []struct {
 		name         string
 		size, window int
-		anthropic    bool
+		format       Format
 	}{
-		{"latency-10K", 10000, 200000, false},
-		{"latency-100K", 100000, 200000, false},
+		{"latency-10K", 10000, 200000, FormatOpenAI},
+		{"latency-100K", 100000, 200000, FormatOpenAI},
 		// A history larger than the window: compacted, so every request is re-encoded with
 		// the summary (the steady state of a long session).
-		{"latency-100K-compacted", 100000, 64000, false},
+		{"latency-100K-compacted", 100000, 64000, FormatOpenAI},
 		// Claude Code's format, with its moving cache_control breakpoint.
-		{"latency-100K-anthropic", 100000, 200000, true},
+		{"latency-100K-anthropic", 100000, 200000, FormatAnthropic},
+		// Codex CLI's: the Responses API, stateless.
+		{"latency-100K-responses", 100000, 200000, FormatResponses},
 	}
 	for _, c := range cases {
 		size := c.size
@@ -179,8 +214,11 @@ func BenchmarkProxyOverhead(b *testing.B) {
 			px := newProxy(b, c.window)
 			conv := newBenchConversation(size)
 			next := conv.body
-			if c.anthropic {
+			switch c.format {
+			case FormatAnthropic:
 				next = conv.anthropicBody
+			case FormatResponses:
+				next = conv.responsesBody
 			}
 			post(b, client, px.URL, "bench", next(-1)) // the session's first request
 			added := make([]time.Duration, 0, b.N)

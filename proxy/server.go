@@ -660,6 +660,9 @@ func (x *exchange) encodeBody(out *chat.Request) ([]byte, error) {
 	if x.format == FormatAnthropic && x.ps != nil {
 		return wire.EncodeAnthropicCached(out, x.ps.blocks)
 	}
+	if x.format == FormatResponses && x.ps != nil {
+		return wire.EncodeResponsesCached(out, x.ps.blocks)
+	}
 	if x.format != FormatOpenAI || x.ps == nil {
 		return wire.Encode(x.format, out)
 	}

@@ -230,9 +230,9 @@ type psession struct {
 	// created: the last load found no history (a new session, or a new branch).
 	created bool
 	// enc is the last body encoded for the session (server.go, encodeBody), for OpenAI; blocks
-	// the content blocks of its messages, for Anthropic.
+	// the encodings of its messages, for Anthropic and Responses (wire.EncodeCache).
 	enc    atomic.Pointer[encoded]
-	blocks *wire.AnthropicCache
+	blocks *wire.EncodeCache
 	// counted: the last request sent, counted for the calibrator (server.go, observeUsage).
 	counted sentCount
 	// setupRef remembers the slices setupHash last hashed.
@@ -250,7 +250,7 @@ func (s *Server) acquire(id string) *psession {
 	s.sessMu.Lock()
 	ps := s.sessions[id]
 	if ps == nil {
-		ps = &psession{id: id, blocks: wire.NewAnthropicCache()}
+		ps = &psession{id: id, blocks: wire.NewEncodeCache()}
 		s.sessions[id] = ps
 		ps.elem = s.lru.PushFront(ps)
 		for s.lru.Len() > s.cfg.MaxSessions {

@@ -366,8 +366,8 @@ func EncodeAnthropic(r *chat.Request) ([]byte, error) {
 // when c encoded the same message in the previous call, so that a request costs what its new
 // and changed messages cost. A nil c encodes everything. The body is the one EncodeAnthropic
 // gives.
-func EncodeAnthropicCached(r *chat.Request, c *AnthropicCache) ([]byte, error) {
-	memo := c.begin()
+func EncodeAnthropicCached(r *chat.Request, c *EncodeCache) ([]byte, error) {
+	memo := c.begin(Anthropic)
 	defer c.end(memo)
 	top, err := withExtras(r.Wire, Anthropic, r.Extra)
 	if err != nil {
@@ -437,7 +437,7 @@ func EncodeAnthropicMessages(msgs []chat.Message) (json.RawMessage, error) {
 	return encodeAnthropicMessages(msgs, nil)
 }
 
-func encodeAnthropicMessages(msgs []chat.Message, memo *anthropicMemo) (json.RawMessage, error) {
+func encodeAnthropicMessages(msgs []chat.Message, memo *encodeMemo) (json.RawMessage, error) {
 	var out []json.RawMessage
 	for i := 0; i < len(msgs); {
 		j := anthropicGroupEnd(msgs, i)

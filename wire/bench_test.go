@@ -82,7 +82,7 @@ func BenchmarkEncode(b *testing.B) {
 }
 
 // BenchmarkEncodeAnthropicGrowing encodes a ~100K-token conversation as Anthropic bodies, one
-// more message each time, whole (EncodeAnthropic) and with an AnthropicCache (what the proxy
+// more message each time, whole (EncodeAnthropic) and with an EncodeCache (what the proxy
 // does per request), side by side.
 func BenchmarkEncodeAnthropicGrowing(b *testing.B) {
 	req, err := DecodeOpenAI(benchBody(130))
@@ -92,8 +92,8 @@ func BenchmarkEncodeAnthropicGrowing(b *testing.B) {
 	all := req.Messages
 	for _, c := range []struct {
 		name  string
-		cache *AnthropicCache
-	}{{"whole", nil}, {"cached", NewAnthropicCache()}} {
+		cache *EncodeCache
+	}{{"whole", nil}, {"cached", NewEncodeCache()}} {
 		b.Run(c.name, func(b *testing.B) {
 			start := len(all) - 100
 			for i := 0; i < b.N; i++ {

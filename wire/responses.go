@@ -521,6 +521,16 @@ func responsesToolName(o object) string {
 // EncodeResponses encodes a request as an OpenAI Responses body (see DecodeResponses for the
 // mapping).
 func EncodeResponses(r *chat.Request) ([]byte, error) {
+	return EncodeResponsesCached(r, nil)
+}
+
+// EncodeResponsesCached is EncodeResponses for a caller that encodes a growing conversation
+// again and again: the input items of each message are taken from c when c encoded the same
+// message in the previous call (see EncodeCache). A nil c encodes everything. The body is
+// the one EncodeResponses gives.
+func EncodeResponsesCached(r *chat.Request, c *EncodeCache) ([]byte, error) {
+	memo := c.begin(Responses)
+	defer c.end(memo)
 	top, err := withExtras(r.Wire, Responses, r.Extra)
 	if err != nil {
 		return nil, fmt.Errorf("wire: %w", err)
@@ -540,12 +550,28 @@ func EncodeResponses(r *chat.Request) ([]byte, error) {
 	case mode == "absent" && same && len(sys) == 0 && len(r.Messages) == 0:
 	default:
 		items := make([]json.RawMessage, 0, len(sys)+len(r.Messages))
-		for _, list := range [][]chat.Message{sys, r.Messages} {
-			for i := range list {
-				var err error
-				if items, err = appendResponsesItems(items, &list[i]); err != nil {
-					return nil, fmt.Errorf("wire: message %d: %w", i, err)
+		for i := range sys {
+			var err error
+			if items, err = appendResponsesItems(items, &sys[i]); err != nil {
+				return nil, fmt.Errorf("wire: message %d: %w", i, err)
+			}
+		}
+		for i := range r.Messages {
+			// A message's items, joined: one segment of the input array (empty when the
+			// message has no item).
+			seg, err := memo.group(r.Messages, i, i+1, func() ([]byte, error) {
+				its, err := appendResponsesItems(nil, &r.Messages[i])
+				if err != nil {
+					return nil, err
 				}
+				j := joinArray(its)
+				return j[1 : len(j)-1], nil
+			})
+			if err != nil {
+				return nil, fmt.Errorf("wire: message %d: %w", i, err)
+			}
+			if len(seg) > 0 {
+				items = append(items, seg)
 			}
 		}
 		top["input"] = joinArray(items)

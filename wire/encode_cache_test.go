@@ -10,7 +10,7 @@ import (
 	"github.com/ctxmgr/ctxmgr/chat"
 )
 
-// TestEncodeAnthropicCached: with one cache across a growing conversation (and across edits,
+// TestEncodeAnthropicCached: with one cache (Anthropic and Responses) across a growing conversation (and across edits,
 // moved breakpoints and a rewind), every body is byte for byte the one EncodeAnthropic gives.
 func TestEncodeAnthropicCached(t *testing.T) {
 	var convs [][]chat.Message
@@ -39,17 +39,30 @@ func TestEncodeAnthropicCached(t *testing.T) {
 		}
 		convs = append(convs, req.Messages)
 	}
-	check := func(c *AnthropicCache, r *chat.Request) {
+	for _, body := range responsesBodies {
+		req, err := DecodeResponses([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		convs = append(convs, req.Messages)
+	}
+	check := func(c *EncodeCache, r *chat.Request) {
 		t.Helper()
+		// One cache serves both encoders in turn (a format change starts it afresh).
 		want, werr := EncodeAnthropic(r)
 		got, gerr := EncodeAnthropicCached(r, c)
 		if (werr == nil) != (gerr == nil) || !bytes.Equal(want, got) {
-			t.Fatalf("cached encoding differs: %v / %v\nwant %s\ngot  %s", werr, gerr, want, got)
+			t.Fatalf("cached Anthropic encoding differs: %v / %v\nwant %s\ngot  %s", werr, gerr, want, got)
+		}
+		want, werr = EncodeResponses(r)
+		got, gerr = EncodeResponsesCached(r, c)
+		if (werr == nil) != (gerr == nil) || !bytes.Equal(want, got) {
+			t.Fatalf("cached Responses encoding differs: %v / %v\nwant %s\ngot  %s", werr, gerr, want, got)
 		}
 	}
 	hits := 0
 	for _, msgs := range convs {
-		c := NewAnthropicCache()
+		c := NewEncodeCache()
 		for n := 1; n <= len(msgs); n++ {
 			r := &chat.Request{Messages: msgs[:n], Extra: map[string]json.RawMessage{"model": json.RawMessage(`"claude"`), "max_tokens": json.RawMessage(`1024`)}}
 			check(c, r)
@@ -70,5 +83,25 @@ func TestEncodeAnthropicCached(t *testing.T) {
 	}
 	if hits == 0 {
 		t.Fatal("the cache kept nothing")
+	}
+}
+
+// TestEncodeCacheTellsMessagesApart: a message in the place of another, of the same role and
+// shape, is encoded anew (its fingerprint covers its content), in both formats.
+func TestEncodeCacheTellsMessagesApart(t *testing.T) {
+	c := NewEncodeCache()
+	for _, f := range []struct {
+		name   string
+		whole  func(*chat.Request) ([]byte, error)
+		cached func(*chat.Request, *EncodeCache) ([]byte, error)
+	}{{"anthropic", EncodeAnthropic, EncodeAnthropicCached}, {"responses", EncodeResponses, EncodeResponsesCached}} {
+		for _, text := range []string{"first question", "second question", "first question"} {
+			r := &chat.Request{Messages: []chat.Message{chat.TextMessage(chat.RoleUser, text)}, Extra: map[string]json.RawMessage{"model": json.RawMessage(`"m"`)}}
+			want, _ := f.whole(r)
+			got, err := f.cached(r, c)
+			if err != nil || !bytes.Equal(want, got) {
+				t.Fatalf("%s, %q: %s, want %s (%v)", f.name, text, got, want, err)
+			}
+		}
 	}
 }

@@ -8,17 +8,19 @@ import (
 	"github.com/ctxmgr/ctxmgr/chat"
 )
 
-// An AnthropicCache keeps the Anthropic messages EncodeAnthropicCached rendered in its last
-// call, each by a 128-bit fingerprint of every field of the neutral messages it was made of
+// An EncodeCache keeps what EncodeAnthropicCached or EncodeResponsesCached rendered in its
+// last call (Anthropic messages, the Responses input items of a message), each by a 128-bit
+// fingerprint of every field of the neutral messages it was made of
 // (chat.Message.HashTo, hashed by two seeded maphash functions: tens of GB/s, against the
 // JSON encoding it saves). The cache is by content, not by position: the breakpoints a proxy
 // moves change a message or two per request, and compaction shifts positions, yet a message
 // the conversation still holds, unchanged, is not encoded again. It keeps only what the last
 // call used, so it holds about one request's messages.
 //
-// An AnthropicCache is safe for concurrent use; calls that overlap encode without it.
-type AnthropicCache struct {
+// An EncodeCache is safe for concurrent use; calls that overlap encode without it.
+type EncodeCache struct {
 	mu     sync.Mutex
+	format Format // of the last call: another format starts the cache afresh
 	s1, s2 maphash.Seed
 	last   map[[2]uint64][]byte
 	// msgs are the messages of the last call and fps their fingerprints (the slice keeps
@@ -27,15 +29,15 @@ type AnthropicCache struct {
 	fps  [][2]uint64
 }
 
-// NewAnthropicCache returns an empty cache.
-func NewAnthropicCache() *AnthropicCache {
-	return &AnthropicCache{s1: maphash.MakeSeed(), s2: maphash.MakeSeed()}
+// NewEncodeCache returns an empty cache.
+func NewEncodeCache() *EncodeCache {
+	return &EncodeCache{s1: maphash.MakeSeed(), s2: maphash.MakeSeed()}
 }
 
-// anthropicMemo is one call's view of the cache: what the last call left, and what this one
+// encodeMemo is one call's view of the cache: what the last call left, and what this one
 // uses. A nil memo encodes everything.
-type anthropicMemo struct {
-	c    *AnthropicCache
+type encodeMemo struct {
+	c    *EncodeCache
 	last map[[2]uint64][]byte
 	used map[[2]uint64][]byte
 	f    fields
@@ -43,14 +45,17 @@ type anthropicMemo struct {
 	fps  [][2]uint64
 }
 
-func (c *AnthropicCache) begin() *anthropicMemo {
+func (c *EncodeCache) begin(f Format) *encodeMemo {
 	if c == nil || !c.mu.TryLock() {
 		return nil
 	}
-	return &anthropicMemo{c: c, last: c.last, used: make(map[[2]uint64][]byte, len(c.last)+8)}
+	if c.format != f {
+		c.format, c.last, c.msgs, c.fps = f, nil, nil, nil
+	}
+	return &encodeMemo{c: c, last: c.last, used: make(map[[2]uint64][]byte, len(c.last)+8)}
 }
 
-func (c *AnthropicCache) end(m *anthropicMemo) {
+func (c *EncodeCache) end(m *encodeMemo) {
 	if m == nil {
 		return
 	}
@@ -72,7 +77,7 @@ func (f *fields) Write(p []byte) (int, error) {
 
 // group returns the encoding of the Anthropic message made of msgs[i:j]: the one the last
 // call made for the same messages, or what encode makes.
-func (m *anthropicMemo) group(msgs []chat.Message, i, j int, encode func() ([]byte, error)) ([]byte, error) {
+func (m *encodeMemo) group(msgs []chat.Message, i, j int, encode func() ([]byte, error)) ([]byte, error) {
 	if m == nil {
 		return encode()
 	}
@@ -100,7 +105,7 @@ func (m *anthropicMemo) group(msgs []chat.Message, i, j int, encode func() ([]by
 // message at the same position that shares its storage (chat.Message.Shares: the proxy's
 // messages are the same values request after request, so a growing conversation hashes only
 // its new messages), computed otherwise.
-func (m *anthropicMemo) fingerprints(msgs []chat.Message) {
+func (m *encodeMemo) fingerprints(msgs []chat.Message) {
 	m.fps = make([][2]uint64, len(msgs))
 	prev, prevFP := m.c.msgs, m.c.fps
 	for i := range msgs {
