@@ -27,12 +27,15 @@ type Layout struct {
 	format Format
 	body   []byte
 	req    *chat.Request
-	// open and close are the offsets of the messages array's brackets; ends[i] is the offset
-	// just past wire message i, and count[i] the number of neutral messages (system messages
-	// of an OpenAI body included) that wire messages 0..i decoded to.
+	// open and close are the offsets of the messages array's brackets (the input array's,
+	// for Responses); ends[i] is the offset just past wire message i, and count[i] the number
+	// of neutral messages (system messages of an OpenAI or Responses body included) that wire
+	// messages 0..i decoded to. closed[i] (Responses only) says that no assistant turn is open
+	// after input item i, so decoding may resume there.
 	open, close int
 	ends        []int
 	count       []int
+	closed      []bool
 	// reused is how many of req.Messages were taken from the layout this one was decoded
 	// from (DecodeNext), 0 for a whole decode.
 	reused int
@@ -61,6 +64,7 @@ func (l *Layout) Size() int { return len(l.body) }
 func DecodeLayout(f Format, body []byte) (*chat.Request, *Layout, error) {
 	body = bytes.TrimSpace(body)
 	var counts []int
+	var lay *itemsLayout
 	var req *chat.Request
 	var err error
 	switch f {
@@ -73,6 +77,10 @@ func DecodeLayout(f Format, body []byte) (*chat.Request, *Layout, error) {
 				counts = append(counts, i+1)
 			}
 		}
+	case Responses:
+		lay = &itemsLayout{}
+		req, err = decodeResponses(body, lay)
+		counts = lay.counts
 	default:
 		req, err = Decode(f, body)
 		return req, nil, err
@@ -80,11 +88,14 @@ func DecodeLayout(f Format, body []byte) (*chat.Request, *Layout, error) {
 	if err != nil || len(body) == 0 || body[0] != '{' {
 		return req, nil, err
 	}
-	open, close, ok := messagesArray(body)
+	open, close, ok := arrayMember(body, messagesKey(f))
 	if !ok {
 		return req, nil, nil
 	}
 	l := &Layout{format: f, body: body, req: req, open: open, close: close, count: counts}
+	if lay != nil {
+		l.closed = lay.closed
+	}
 	arr := body[open : close+1]
 	ok = scanMembers(arr, '[', ']', func(i int) (int, bool) {
 		e, ok := valueEnd(arr, i)
@@ -99,9 +110,17 @@ func DecodeLayout(f Format, body []byte) (*chat.Request, *Layout, error) {
 	return req, l, nil
 }
 
-// messagesArray finds the "messages" member of a valid top-level JSON object and returns the
-// offsets of its array's brackets.
-func messagesArray(body []byte) (open, close int, ok bool) {
+// messagesKey is the member holding the history in format f's bodies.
+func messagesKey(f Format) string {
+	if f == Responses {
+		return "input"
+	}
+	return "messages"
+}
+
+// arrayMember finds the member key of a valid top-level JSON object, an array, and returns
+// the offsets of its brackets.
+func arrayMember(body []byte, key string) (open, close int, ok bool) {
 	open, close = -1, -1
 	seen := false
 	walked := scanMembers(body, '{', '}', func(i int) (int, bool) {
@@ -112,7 +131,7 @@ func messagesArray(body []byte) (open, close int, ok bool) {
 		if !ok {
 			return 0, false
 		}
-		key, ok := unquote(body[i:ke])
+		k, ok := unquote(body[i:ke])
 		if !ok {
 			return 0, false
 		}
@@ -121,7 +140,7 @@ func messagesArray(body []byte) (open, close int, ok bool) {
 		}
 		i = skipSpace(body, i+1)
 		ve, ok := valueEnd(body, i)
-		if ok && key == "messages" {
+		if ok && k == key {
 			if seen || body[i] != '[' {
 				return 0, false // a repeated key or not an array: no layout
 			}
@@ -136,7 +155,7 @@ func messagesArray(body []byte) (open, close int, ok bool) {
 // decoding of what the two share. prev may be nil. The result equals Decode's; its messages
 // share memory with prev's request (never modify either).
 func DecodeNext(f Format, body []byte, prev *Layout) (*chat.Request, *Layout, error) {
-	if prev == nil || prev.format != f || (f != OpenAI && f != Anthropic) {
+	if prev == nil || prev.format != f || (f != OpenAI && f != Anthropic && f != Responses) {
 		return DecodeLayout(f, body)
 	}
 	req, l, ok := decodeNext(f, bytes.TrimSpace(body), prev)
@@ -154,6 +173,13 @@ func decodeNext(f Format, body []byte, prev *Layout) (*chat.Request, *Layout, bo
 	}
 	// k: the wire messages wholly inside the shared prefix.
 	k := sort.SearchInts(prev.ends, common+1)
+	if f == Responses {
+		// Resume only where no assistant turn is open: a later item (a function call after
+		// a message) may join the turn before it.
+		for k > 0 && !prev.closed[k-1] {
+			k--
+		}
+	}
 	tail := pb[prev.close:]
 	if !bytes.HasSuffix(body, tail) {
 		return nil, nil, false
@@ -165,10 +191,22 @@ func decodeNext(f Format, body []byte, prev *Layout) (*chat.Request, *Layout, bo
 		cut, kept = prev.ends[k-1], prev.count[k-1]
 	}
 	nsys := 0
-	if f == OpenAI {
+	switch f {
+	case OpenAI:
 		nsys = len(prev.req.System)
 		if kept < nsys {
 			return nil, nil, false // the leading system messages changed: decode whole
+		}
+	case Responses:
+		// The leading system and developer items (the instructions field aside) are the
+		// request's System after the instructions; at least one message after them must be
+		// kept, so that no new item can join them.
+		nsys = len(prev.req.System)
+		if nsys > 0 && prev.req.System[0].Extra[markInstructions] != nil {
+			nsys--
+		}
+		if kept <= nsys {
+			return nil, nil, false
 		}
 	}
 	if cut > closeAt {
@@ -209,11 +247,32 @@ func decodeNext(f Format, body []byte, prev *Layout) (*chat.Request, *Layout, bo
 	var msgs []chat.Message
 	l := &Layout{format: f, body: body, req: &out, open: prev.open, close: closeAt, reused: kept - nsys}
 	if k == len(prev.ends) && kept-nsys == len(prev.req.Messages) && prev.extended.CompareAndSwap(false, true) {
-		msgs, l.ends, l.count = prev.req.Messages, append(prev.ends, ends...), prev.count
+		msgs, l.ends, l.count, l.closed = prev.req.Messages, append(prev.ends, ends...), prev.count, prev.closed
 	} else {
 		msgs = make([]chat.Message, kept-nsys, kept-nsys+len(raws)+1)
 		copy(msgs, prev.req.Messages[:kept-nsys])
 		l.ends, l.count = append(prev.ends[:k:k], ends...), append(prev.count[:k:k], make([]int, 0, len(raws))...)
+		if f == Responses {
+			l.closed = append(prev.closed[:k:k], make([]bool, 0, len(raws))...)
+		}
+	}
+	if f == Responses {
+		items := make([]json.RawMessage, len(raws))
+		for j, raw := range raws {
+			items[j] = bytes.Clone(raw)
+		}
+		lay := &itemsLayout{}
+		ms, err := decodeResponsesItems(items, k, lay)
+		if err != nil || len(lay.counts) != len(raws) {
+			return nil, nil, false // the whole decode reports it, located
+		}
+		msgs = append(msgs, ms...)
+		for j := range lay.counts {
+			l.count = append(l.count, kept+lay.counts[j])
+			l.closed = append(l.closed, lay.closed[j])
+		}
+		out.Messages = msgs
+		return &out, l, true
 	}
 	var names map[string]string
 	if f == Anthropic {

@@ -253,3 +253,94 @@ func TestDecodeNextExtendsInPlaceOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeNextResponses: a Codex-style stateless Responses conversation (developer item,
+// reasoning, messages, calls and outputs, a custom tool call) decoded item by item from where
+// each body differs, equal to the whole decode; resuming only where no assistant turn is open.
+func TestDecodeNextResponses(t *testing.T) {
+	items := []string{
+		`{"type":"message","role":"developer","content":[{"type":"input_text","text":"sandbox: workspace-write"}]}`,
+		`{"type":"message","role":"user","content":[{"type":"input_text","text":"run ls"}]}`,
+		`{"type":"reasoning","summary":[{"type":"summary_text","text":"list files"}],"encrypted_content":"gAAA"}`,
+		`{"type":"function_call","call_id":"call_1","name":"shell","arguments":"{\"cmd\":[\"ls\"]}"}`,
+		`{"type":"function_call_output","call_id":"call_1","output":"a\nb"}`,
+		`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"two files"}]}`,
+		`{"type":"function_call","call_id":"call_2","name":"shell","arguments":"{}"}`,
+		`{"type":"function_call_output","call_id":"call_2","output":"ok"}`,
+		`{"type":"message","role":"user","content":[{"type":"input_text","text":"now patch"}]}`,
+		`{"type":"custom_tool_call","call_id":"call_3","name":"apply_patch","input":"*** Begin Patch"}`,
+		`{"type":"custom_tool_call_output","call_id":"call_3","output":"done"}`,
+		`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"patched"}]}`,
+	}
+	conv := conversation(`{"model":"gpt-5","instructions":"You are Codex.","input":`, `,"tools":[{"type":"function","name":"shell","parameters":{"type":"object"}}],"store":false,"stream":true}`, items)
+	reused := 0
+	for i := 1; i < len(conv); i++ {
+		if checkNext(t, Responses, []byte(conv[i-1]), []byte(conv[i])) {
+			reused++
+		}
+		for j := 0; j < i; j++ { // several items at once, and a rewind
+			checkNext(t, Responses, []byte(conv[j]), []byte(conv[i]))
+			checkNext(t, Responses, []byte(conv[i]), []byte(conv[j]))
+		}
+	}
+	if reused < len(conv)-4 {
+		t.Fatalf("reused the previous decoding for %d of %d bodies", reused, len(conv)-1)
+	}
+	// Growth by one item reuses every message before the last open turn.
+	resumed := 0
+	for i := 1; i < len(conv); i++ {
+		_, lay, err := DecodeLayout(Responses, []byte(conv[i-1]))
+		if err != nil || lay == nil {
+			t.Fatalf("body %d: no layout (%v)", i-1, err)
+		}
+		_, next, err := DecodeNext(Responses, []byte(conv[i]), lay)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if next.Reused() > 0 {
+			resumed++
+		}
+	}
+	if resumed < len(conv)-4 {
+		t.Fatalf("decoded from where they differ: %d of %d bodies", resumed, len(conv)-1)
+	}
+	last := conv[len(conv)-1]
+	for _, next := range []string{
+		strings.Replace(last, `"patched"}]}]`, `"patched"}]},{"type":"function_call","call_id":"c9","name":"shell","arguments":"{}"}]`, 1),
+		strings.Replace(last, `"patched"}]}]`, `"patched"}]},{"role":"system","content":"late"}]`, 1),
+		strings.Replace(last, `"patched"}]}]`, `"patched"}]},{"type":7}]`, 1),
+		strings.Replace(last, `"patched"}]}]`, `"patched"}]},{"content":"no type"}]`, 1),
+		strings.Replace(last, `"store":false`, `"store":true`, 1),
+		strings.Replace(last, `"You are Codex."`, `"You are Codex!"`, 1),
+		strings.Replace(last, `"input":[`, `"input": [ `, 1),
+	} {
+		checkNext(t, Responses, []byte(last), []byte(next))
+	}
+}
+
+// FuzzDecodeNextResponses is FuzzDecodeNext for Responses bodies.
+func FuzzDecodeNextResponses(f *testing.F) {
+	for _, b := range responsesBodies {
+		f.Add([]byte(b), []byte(strings.Replace(b, `]}`, `,{"role":"user","content":"more"}]}`, 1)))
+		f.Add([]byte(b), []byte(strings.Replace(b, `},{"type":`, `}]}`+"\x00", 1)))
+		f.Add([]byte(b), []byte(strings.Replace(b, `]`, `,{"type":"function_call","call_id":"x","name":"f","arguments":"{}"}]`, 1)))
+	}
+	f.Fuzz(func(t *testing.T, prev, next []byte) {
+		_, lay, err := DecodeLayout(Responses, prev)
+		if err != nil {
+			var ce *chat.Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("untyped error: %v", err)
+			}
+			lay = nil
+		}
+		want, werr := Decode(Responses, next)
+		got, _, gerr := DecodeNext(Responses, next, lay)
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("errors differ: %v / %v", werr, gerr)
+		}
+		if werr == nil && !reflect.DeepEqual(want, got) {
+			t.Fatalf("DecodeNext differs from Decode")
+		}
+	})
+}

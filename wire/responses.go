@@ -56,6 +56,18 @@ const Responses Format = "responses"
 // DecodeResponses decodes an OpenAI Responses request body. Errors are *chat.Error values;
 // Index is the position of the item in input.
 func DecodeResponses(body []byte) (*chat.Request, error) {
+	return decodeResponses(body, nil)
+}
+
+// itemsLayout receives, after each input item, how many messages the items so far decoded
+// to and whether no assistant turn is open there (a later item cannot join a message
+// before it): where DecodeNext may resume decoding.
+type itemsLayout struct {
+	counts []int
+	closed []bool
+}
+
+func decodeResponses(body []byte, lay *itemsLayout) (*chat.Request, error) {
 	top, err := topObject(body)
 	if err != nil {
 		return nil, err
@@ -108,7 +120,7 @@ func DecodeResponses(body []byte) (*chat.Request, error) {
 		if err := unmarshal(in, &items); err != nil {
 			return nil, malformed(-1, "input", err)
 		}
-		if msgs, err = decodeResponsesItems(items); err != nil {
+		if msgs, err = decodeResponsesItems(items, 0, lay); err != nil {
 			return nil, err
 		}
 	}
@@ -161,10 +173,20 @@ func itemType(o object) (string, bool, error) {
 	return s, true, nil
 }
 
-// decodeResponsesItems decodes the input items into messages, grouping assistant turns.
-func decodeResponsesItems(items []json.RawMessage) ([]chat.Message, error) {
+// decodeResponsesItems decodes the input items into messages, grouping assistant turns. base
+// is the index of items[0] in the whole input (for error positions); lay, when not nil,
+// receives the layout after each item.
+func decodeResponsesItems(items []json.RawMessage, base int, lay *itemsLayout) ([]chat.Message, error) {
 	msgs := make([]chat.Message, 0, len(items))
 	run := -1 // index in msgs of the open assistant turn, -1: none
+	if lay != nil && len(items) > 0 {
+		defer func() {
+			// Fill in what the loop's continues skipped: each item's layout is recorded at
+			// the start of the next one (and for the last one, here).
+			lay.counts = append(lay.counts, len(msgs))
+			lay.closed = append(lay.closed, run < 0)
+		}()
+	}
 	open := func(joinPrev bool) *chat.Message {
 		msgs = append(msgs, chat.Message{Role: chat.RoleAssistant, Wire: string(Responses), Shape: chat.ShapeAbsent, JoinPrev: joinPrev})
 		run = len(msgs) - 1
@@ -176,7 +198,12 @@ func decodeResponsesItems(items []json.RawMessage) ([]chat.Message, error) {
 		}
 		return open(false)
 	}
-	for i, raw := range items {
+	for j, raw := range items {
+		i := base + j
+		if lay != nil && j > 0 {
+			lay.counts = append(lay.counts, len(msgs))
+			lay.closed = append(lay.closed, run < 0)
+		}
 		if err := checkText(i, "", raw); err != nil {
 			return nil, err
 		}
