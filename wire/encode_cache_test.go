@@ -3,8 +3,6 @@ package wire
 import (
 	"bytes"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/ctxmgr/ctxmgr/chat"
@@ -14,16 +12,7 @@ import (
 // moved breakpoints and a rewind), every body is byte for byte the one EncodeAnthropic gives.
 func TestEncodeAnthropicCached(t *testing.T) {
 	var convs [][]chat.Message
-	raw, err := os.ReadFile(filepath.Join(sharedData(t), "trajectories/tau-bench/gpt-4o-airline.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var runs []struct {
-		Traj []json.RawMessage `json:"traj"`
-	}
-	if err := json.Unmarshal(raw, &runs); err != nil {
-		t.Fatal(err)
-	}
+	runs := tauBenchRuns(t)
 	for _, run := range runs[:min(len(runs), 10)] {
 		body, _ := json.Marshal(map[string]any{"model": "gpt-4o", "messages": run.Traj})
 		req, err := DecodeOpenAI(body)

@@ -45,6 +45,25 @@ func checkNext(t *testing.T, f Format, prev, next []byte) (reused bool) {
 	return lay != nil && glay != nil && len(glay.ends) > 0 && lay.open == glay.open
 }
 
+// tauRun is one tau-bench run: its OpenAI messages.
+type tauRun struct {
+	Traj []json.RawMessage `json:"traj"`
+}
+
+// tauBenchRuns reads the tau-bench airline runs of the shared data.
+func tauBenchRuns(t *testing.T) []tauRun {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(sharedData(t), "trajectories/tau-bench/gpt-4o-airline.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs []tauRun
+	if err := json.Unmarshal(raw, &runs); err != nil {
+		t.Fatal(err)
+	}
+	return runs
+}
+
 // conversation returns the bodies an agent sends: each with one more message of msgs.
 func conversation(prefix, suffix string, msgs []string) []string {
 	var out []string
@@ -55,17 +74,7 @@ func conversation(prefix, suffix string, msgs []string) []string {
 }
 
 func TestDecodeNextTauBench(t *testing.T) {
-	dir := sharedData(t)
-	raw, err := os.ReadFile(filepath.Join(dir, "trajectories/tau-bench/gpt-4o-airline.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var runs []struct {
-		Traj []json.RawMessage `json:"traj"`
-	}
-	if err := json.Unmarshal(raw, &runs); err != nil {
-		t.Fatal(err)
-	}
+	runs := tauBenchRuns(t)
 	bodies, reused := 0, 0
 	for r, run := range runs[:min(len(runs), 20)] {
 		msgs := make([]string, len(run.Traj))
@@ -167,23 +176,29 @@ func FuzzDecodeNext(f *testing.F) {
 		if anthropic {
 			format = Anthropic
 		}
-		_, lay, err := DecodeLayout(format, prev)
-		if err != nil {
-			var ce *chat.Error
-			if !errors.As(err, &ce) {
-				t.Fatalf("untyped error: %v", err)
-			}
-			lay = nil
-		}
-		want, werr := Decode(format, next)
-		got, _, gerr := DecodeNext(format, next, lay)
-		if (werr == nil) != (gerr == nil) {
-			t.Fatalf("errors differ: %v / %v", werr, gerr)
-		}
-		if werr == nil && !reflect.DeepEqual(want, got) {
-			t.Fatalf("DecodeNext differs from Decode")
-		}
+		fuzzNext(t, format, prev, next)
 	})
+}
+
+// fuzzNext checks DecodeNext of next after prev against Decode of next: the same request or
+// the same outcome, and typed errors only.
+func fuzzNext(t *testing.T, format Format, prev, next []byte) {
+	_, lay, err := DecodeLayout(format, prev)
+	if err != nil {
+		var ce *chat.Error
+		if !errors.As(err, &ce) {
+			t.Fatalf("untyped error: %v", err)
+		}
+		lay = nil
+	}
+	want, werr := Decode(format, next)
+	got, _, gerr := DecodeNext(format, next, lay)
+	if (werr == nil) != (gerr == nil) {
+		t.Fatalf("errors differ: %v / %v", werr, gerr)
+	}
+	if werr == nil && !reflect.DeepEqual(want, got) {
+		t.Fatalf("DecodeNext differs from Decode")
+	}
 }
 
 // TestEncodeOpenAIReusing: a body encoded with the encodings of an earlier call is the body
@@ -325,22 +340,5 @@ func FuzzDecodeNextResponses(f *testing.F) {
 		f.Add([]byte(b), []byte(strings.Replace(b, `},{"type":`, `}]}`+"\x00", 1)))
 		f.Add([]byte(b), []byte(strings.Replace(b, `]`, `,{"type":"function_call","call_id":"x","name":"f","arguments":"{}"}]`, 1)))
 	}
-	f.Fuzz(func(t *testing.T, prev, next []byte) {
-		_, lay, err := DecodeLayout(Responses, prev)
-		if err != nil {
-			var ce *chat.Error
-			if !errors.As(err, &ce) {
-				t.Fatalf("untyped error: %v", err)
-			}
-			lay = nil
-		}
-		want, werr := Decode(Responses, next)
-		got, _, gerr := DecodeNext(Responses, next, lay)
-		if (werr == nil) != (gerr == nil) {
-			t.Fatalf("errors differ: %v / %v", werr, gerr)
-		}
-		if werr == nil && !reflect.DeepEqual(want, got) {
-			t.Fatalf("DecodeNext differs from Decode")
-		}
-	})
+	f.Fuzz(func(t *testing.T, prev, next []byte) { fuzzNext(t, Responses, prev, next) })
 }
