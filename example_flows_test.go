@@ -91,7 +91,7 @@ func ExampleSession_Compact() {
 // rebuilds the session, and its next request is the one the old process would have sent.
 func ExampleManager_LoadSession() {
 	ctx := context.Background()
-	st := store.NewMemory() // store.OpenFiles, sqlite.Open or postgres.Open in a real program
+	st := store.NewMemory() // files.Open, sqlite.Open or postgres.Open in a real program
 	system := []chat.Message{chat.TextMessage(chat.RoleSystem, "You are a coding agent.")}
 
 	cfg, _ := ctxmgr.Preset(ctxmgr.PresetDefault, 32768, 4096)

@@ -26,7 +26,7 @@ func openFiles(t *testing.T, dir string, opts files.Options) *files.Store {
 	t.Helper()
 	s, err := files.Open(dir, opts)
 	if err != nil {
-		t.Fatalf("OpenFiles: %v", err)
+		t.Fatalf("Open: %v", err)
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
@@ -40,7 +40,7 @@ func msgs(prefix string, n int) []chat.Message {
 	return out
 }
 
-// fakeClock is a settable clock for FileOptions.Now.
+// fakeClock is a settable clock for Options.Now.
 type fakeClock struct {
 	mu  sync.Mutex
 	now time.Time
