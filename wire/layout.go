@@ -59,8 +59,8 @@ func (l *Layout) Body() []byte { return l.body }
 // Size is the memory the layout keeps alive, roughly: its body.
 func (l *Layout) Size() int { return len(l.body) }
 
-// DecodeLayout decodes a body in format f, as Decode does, and returns its layout. Formats
-// other than OpenAI and Anthropic, and bare message arrays, are decoded with a nil layout.
+// DecodeLayout decodes a body in format f, as Decode does, and returns its layout (OpenAI,
+// Anthropic and Responses bodies; bare message arrays and a string input have none).
 func DecodeLayout(f Format, body []byte) (*chat.Request, *Layout, error) {
 	body = bytes.TrimSpace(body)
 	var counts []int
