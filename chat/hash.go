@@ -89,6 +89,26 @@ func (m *Message) writeFields(w *hashWriter) {
 	w.extra(m.Extra)
 }
 
+// HashTools returns the SHA-256 of every field of the tools, in order, tagged and
+// length-prefixed as Hash does for a message: the identity of a tool list, without encoding
+// it to JSON first (an agent's tool list is tens of KB, and it is counted every request).
+func HashTools(tools []Tool) Hash {
+	h := sha256.New()
+	w := hashWriter{h: h}
+	w.num('L', len(tools))
+	for i := range tools {
+		t := &tools[i]
+		w.str('n', t.Name)
+		w.str('d', t.Description)
+		w.raw('p', t.Parameters)
+		w.extra(t.Extra)
+		w.raw('r', t.Raw)
+	}
+	var out Hash
+	h.Sum(out[:0])
+	return out
+}
+
 type hashWriter struct {
 	h    io.Writer
 	buf  [9]byte

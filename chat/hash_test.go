@@ -165,3 +165,27 @@ func TestShares(t *testing.T) {
 		t.Fatal("two empty contents do not share (their hashes are equal)")
 	}
 }
+
+func TestHashTools(t *testing.T) {
+	a := []Tool{{Name: "read", Parameters: json.RawMessage(`{"type":"object"}`)}, {Name: "bash", Description: "runs"}}
+	b := []Tool{{Name: "read", Parameters: json.RawMessage(`{"type":"object"}`)}, {Name: "bash", Description: "runs"}}
+	if HashTools(a) != HashTools(b) {
+		t.Fatal("equal tool lists hash differently")
+	}
+	for _, c := range [][]Tool{
+		a[:1],
+		{{Name: "read", Parameters: json.RawMessage(`{"type":"array"}`)}, a[1]},
+		{a[0], {Name: "bash", Description: "runs!"}},
+		{a[1], a[0]},
+		{a[0], {Name: "bash", Description: "runs", Extra: map[string]json.RawMessage{"strict": json.RawMessage(`true`)}}},
+		{{Name: "rea", Description: "d"}, a[1]},
+	} {
+		if HashTools(c) == HashTools(a) {
+			t.Fatalf("%+v hashes like %+v", c, a)
+		}
+	}
+	m := TextMessage(RoleUser, "")
+	if HashTools(nil) == m.Hash() {
+		t.Fatal("an empty tool list hashes like a message")
+	}
+}

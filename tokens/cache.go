@@ -2,8 +2,6 @@ package tokens
 
 import (
 	"container/list"
-	"crypto/sha256"
-	"encoding/json"
 	"sync"
 
 	"github.com/ctxmgr/ctxmgr/chat"
@@ -82,12 +80,8 @@ func (c *Cache) Tools(tools []chat.Tool) int {
 	if len(tools) == 0 {
 		return 0
 	}
-	b, err := json.Marshal(tools)
-	if err != nil {
-		return c.c.Tools(tools)
-	}
-	// A distinct prefix keeps tool-list keys apart from message hashes.
-	h := chat.Hash(sha256.Sum256(append([]byte("tokens.tools\x00"), b...)))
+	// Tool-list hashes start with their own tag ('L'), apart from message hashes.
+	h := chat.HashTools(tools)
 	if n, ok := c.get(h); ok {
 		return n
 	}
