@@ -227,6 +227,16 @@ func withBreakpoint(m chat.Message, v json.RawMessage) (chat.Message, bool) {
 // message breakpoints the request may carry (the API's four less those on system and tools).
 // The prepared request's slice is not modified: a copy is returned when anything changes.
 func placeBreakpoints(msgs []chat.Message, rep ctxmgr.Report, bps []breakpoint, room int) []chat.Message {
+	out, _ := placeBreakpointsKnown(msgs, rep, bps, room, nil)
+	return out
+}
+
+// placeBreakpointsKnown is placeBreakpoints for a caller that remembers the messages of its
+// last call that carried no breakpoint: clean (by position) lists them, and a message that is
+// the same value as its clean counterpart (chat.Message.Shares) is not searched again (the
+// search parses block JSON, for every message of every request). It returns the request's
+// messages and, when none of msgs carries a breakpoint, msgs as the next call's clean list.
+func placeBreakpointsKnown(msgs []chat.Message, rep ctxmgr.Report, bps []breakpoint, room int, clean []chat.Message) ([]chat.Message, []chat.Message) {
 	// Where each request message comes from: [pinned] [summary] history[Evicted:].
 	offset, summaryAt, pinnedAt := 0, -1, -1
 	if rep.Pinned >= 0 && len(msgs) > 0 {
@@ -270,9 +280,14 @@ func placeBreakpoints(msgs []chat.Message, rep ctxmgr.Report, bps []breakpoint, 
 		}
 		out[i] = m
 	}
+	anyHas := false
 	for i := range msgs {
 		v, ok := want[i]
-		has := breakpointOf(&msgs[i]) != nil
+		has := false
+		if i >= len(clean) || !msgs[i].Shares(&clean[i]) {
+			has = breakpointOf(&msgs[i]) != nil
+			anyHas = anyHas || has
+		}
 		if !ok && !has {
 			continue
 		}
@@ -284,8 +299,12 @@ func placeBreakpoints(msgs []chat.Message, rep ctxmgr.Report, bps []breakpoint, 
 		}
 		change(i, m)
 	}
-	if out == nil {
-		return msgs
+	var nextClean []chat.Message
+	if !anyHas {
+		nextClean = msgs
 	}
-	return out
+	if out == nil {
+		return msgs, nextClean
+	}
+	return out, nextClean
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	ctxmgr "github.com/ctxmgr/ctxmgr"
+	"github.com/ctxmgr/ctxmgr/chat"
 )
 
 // The reply reserve.
@@ -96,5 +97,15 @@ func (x *exchange) place(p *ctxmgr.Prepared) {
 	if x.format != FormatAnthropic {
 		return
 	}
-	p.Request.Messages = placeBreakpoints(p.Request.Messages, p.Report, x.bps, x.bpRoom)
+	if x.ps == nil {
+		p.Request.Messages = placeBreakpoints(p.Request.Messages, p.Report, x.bps, x.bpRoom)
+		return
+	}
+	var clean []chat.Message
+	if c := x.ps.clean.Load(); c != nil {
+		clean = *c
+	}
+	out, next := placeBreakpointsKnown(p.Request.Messages, p.Report, x.bps, x.bpRoom, clean)
+	x.ps.clean.Store(&next)
+	p.Request.Messages = out
 }

@@ -235,6 +235,9 @@ type psession struct {
 	blocks *wire.EncodeCache
 	// counted: the last request sent, counted for the calibrator (server.go, observeUsage).
 	counted sentCount
+	// clean: the prepared messages of the last Anthropic request, when none carried a
+	// breakpoint (placeBreakpointsKnown).
+	clean atomic.Pointer[[]chat.Message]
 	// setupRef remembers the slices setupHash last hashed.
 	setupRef struct {
 		system []chat.Message

@@ -5,10 +5,13 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	ctxmgr "github.com/ctxmgr/ctxmgr"
 	"github.com/ctxmgr/ctxmgr/chat"
 	"github.com/ctxmgr/ctxmgr/internal/fakeupstream"
 	"github.com/ctxmgr/ctxmgr/proxy/sse"
@@ -288,4 +291,32 @@ func TestSentCount(t *testing.T) {
 	check("new tools")
 	r.Messages = r.Messages[:1]
 	check("rewound")
+}
+
+// TestPlaceBreakpointsKnown: with the clean list of the previous call, the result is the one
+// placeBreakpoints gives, and a message that carries a breakpoint is never taken as clean.
+func TestPlaceBreakpointsKnown(t *testing.T) {
+	v := json.RawMessage(`{"type":"ephemeral"}`)
+	msgs := []chat.Message{chat.TextMessage(chat.RoleUser, "a"), chat.TextMessage(chat.RoleAssistant, "b"), chat.TextMessage(chat.RoleUser, "c")}
+	rep := ctxmgr.Report{Pinned: -1}
+	bps := []breakpoint{{2, v}}
+	want := placeBreakpoints(msgs, rep, bps, 4)
+	got, clean := placeBreakpointsKnown(msgs, rep, bps, 4, nil)
+	if !reflect.DeepEqual(got, want) || len(clean) != 3 {
+		t.Fatalf("first call: %d clean", len(clean))
+	}
+	// The same messages again, known clean: the same result.
+	got, _ = placeBreakpointsKnown(msgs, rep, bps, 4, clean)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatal("known-clean call differs")
+	}
+	// A message that carries a breakpoint (a changed value) is searched, stripped, and the
+	// call returns no clean list.
+	marked := slices.Clone(msgs)
+	marked[0].Extra = map[string]json.RawMessage{"block.": json.RawMessage(`{"cache_control":{"type":"ephemeral"}}`)}
+	marked[0].Wire = "anthropic"
+	got, clean2 := placeBreakpointsKnown(marked, rep, bps, 4, clean)
+	if clean2 != nil || !reflect.DeepEqual(got, placeBreakpoints(marked, rep, bps, 4)) {
+		t.Fatalf("a message with a breakpoint: clean %d", len(clean2))
+	}
 }
