@@ -38,6 +38,9 @@ func (s *Session) compact(ctx context.Context, instruction string, all bool) (Co
 	if err := s.pending(); err != nil {
 		return CompactResult{}, err
 	}
+	if s.broken != nil {
+		return CompactResult{}, s.broken
+	}
 	rep := &Report{}
 	from := s.start
 	before := s.plan().Input
@@ -136,6 +139,9 @@ func (s *Session) Clear(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.pending(); err != nil {
+		return err
+	}
+	if err := s.flushLocked(ctx); err != nil {
 		return err
 	}
 	from, to := s.start, len(s.entries)

@@ -49,6 +49,10 @@ var ErrDoesNotFit = errors.New("ctxmgr: request does not fit the window")
 // ErrRecoveryExhausted is returned by Recover after Config.MaxRecoveries attempts in a row.
 var ErrRecoveryExhausted = errors.New("ctxmgr: overflow recovery exhausted")
 
+// ErrNotStored: messages taken in by Session.AppendDeferred could not be written to the
+// Store, so the session in memory no longer matches it; load the session again.
+var ErrNotStored = errors.New("ctxmgr: deferred messages not stored")
+
 // NoFitError says that even after every step the request does not fit: the parts that are
 // never altered (system prompt, tool definitions, the latest user message) and what is left
 // need more than the window.

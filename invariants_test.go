@@ -147,9 +147,18 @@ func drive(t *testing.T, cfg Config, system []chat.Message, hist []chat.Message,
 				}
 			}
 		}
-		if err := s.Append(ctx, msg); err != nil {
+		// Every third message is appended deferred, as the proxy does (its store write
+		// waits for the next write of any kind, or the Flush below).
+		appendFn := s.Append
+		if i%3 == 1 {
+			appendFn = s.AppendDeferred
+		}
+		if err := appendFn(ctx, msg); err != nil {
 			t.Fatalf("append %d: %v", i, err)
 		}
+	}
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
 	}
 	// 3. Nothing lost: the store holds every appended message verbatim.
 	stored, err := m.Config().Store.Messages(ctx, s.id, 0, -1)
@@ -228,6 +237,11 @@ func checkInvariants(t *testing.T, m *Manager, s *Session, system, hist []chat.M
 		if !reflect.DeepEqual(normalize(archivedMessages(arch)), normalize(hist[r[0]:r[1]])) {
 			t.Fatalf("invariant 3: archive of evicted messages %d-%d differs (pinned %d)", r[0], r[1]-1, pinned)
 		}
+	}
+	// Messages deferred by AppendDeferred may not be stored yet, but every evicted one is:
+	// the store receives the history before its archive.
+	if stored, err := cfg.Store.Messages(ctx, s.id, 0, -1); err != nil || len(stored) < start {
+		t.Fatalf("invariant 3: %d messages evicted, %d stored (%v)", start, len(stored), err)
 	}
 	if pinned >= 0 && !reflect.DeepEqual(msgs[0], hist[pinned]) {
 		t.Fatalf("pinned message %d is not sent first", pinned)

@@ -70,6 +70,9 @@ func (s *Session) prepare(ctx context.Context, force bool) (Prepared, error) {
 	if err := s.pending(); err != nil {
 		return Prepared{}, err
 	}
+	if s.broken != nil {
+		return Prepared{}, s.broken
+	}
 	cfg := &s.m.cfg
 	w := s.window()
 	rep := &Report{Window: w.Window, MaxOutput: w.MaxOutput, Before: s.regions()}
@@ -100,7 +103,9 @@ func (s *Session) prepare(ctx context.Context, force bool) (Prepared, error) {
 			}
 		}
 	} else if cfg.Background && !cfg.DisableSummary && s.plan().OverSoft {
-		s.startBackground()
+		if err := s.startBackground(ctx); err != nil {
+			return Prepared{}, err
+		}
 	}
 	if err := s.shrinkToFit(ctx, rep); err != nil {
 		return Prepared{}, err
@@ -527,7 +532,10 @@ func (s *Session) summarize(ctx context.Context, cutFn func() int, instruction, 
 			}
 			return nil
 		}
-		job := s.newJob(cut, instruction)
+		job, err := s.newJob(ctx, cut, instruction)
+		if err != nil {
+			return err
+		}
 		s.mu.Unlock()
 		job.run(ctx, s.m)
 		s.mu.Lock()
@@ -560,7 +568,11 @@ type job struct {
 // newJob plans the eviction of history[start:cut]. The latest user message is never evicted
 // while it is the latest: when the cut passes it, it stays pinned in the request. A message
 // pinned earlier that is no longer the latest is evicted (summarized and archived) now.
-func (s *Session) newJob(cut int, instruction string) *job {
+// The messages it will archive are written first (flushLocked): the archive follows them.
+func (s *Session) newJob(ctx context.Context, cut int, instruction string) (*job, error) {
+	if err := s.flushLocked(ctx); err != nil {
+		return nil, err
+	}
 	j := &job{session: s.id, from: s.start, cut: cut, instruction: instruction, target: s.summaryTarget(),
 		ranges: slices.Clone(s.archives), done: make(chan struct{}), oldPinned: s.pinned, pinned: -1}
 	if s.summary != nil {
@@ -589,7 +601,7 @@ func (s *Session) newJob(cut int, instruction string) *job {
 	} else {
 		add(s.start, cut)
 	}
-	return j
+	return j, nil
 }
 
 func (j *job) run(ctx context.Context, m *Manager) {
@@ -693,15 +705,18 @@ func (s *Session) setSummary(sum *store.Summary) {
 }
 
 // startBackground begins a summary at the soft threshold.
-func (s *Session) startBackground() {
+func (s *Session) startBackground(ctx context.Context) error {
 	if s.bg != nil {
-		return
+		return nil
 	}
 	cut := s.keepCut()
 	if cut <= s.start {
-		return
+		return nil
 	}
-	j := s.newJob(cut, "")
+	j, err := s.newJob(ctx, cut, "")
+	if err != nil {
+		return err
+	}
 	s.bg = j
 	m := s.m
 	m.wg.Add(1)
@@ -709,6 +724,7 @@ func (s *Session) startBackground() {
 		defer m.wg.Done()
 		j.run(m.ctx, m)
 	}()
+	return nil
 }
 
 // applyBackground waits for the background summary and applies it if the history it covered

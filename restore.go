@@ -38,6 +38,9 @@ func (s *Session) persistState(ctx context.Context) error {
 	if s.epoch == s.savedEpoch {
 		return nil
 	}
+	if err := s.flushLocked(ctx); err != nil { // the state covers every entry: they go first
+		return err
+	}
 	st := sessionState{Format: 1, Len: len(s.entries), Start: s.start, Pinned: s.pinned, Archives: s.archives, WindowLimit: s.windowLimit}
 	for i := s.start; i < len(s.entries); i++ {
 		e := &s.entries[i]
@@ -90,6 +93,7 @@ func (m *Manager) LoadSession(ctx context.Context, id string, system []chat.Mess
 	defer s.mu.Unlock()
 	cfg := &m.cfg
 	s.entries = make([]entry, len(msgs))
+	s.stored = len(msgs)
 	for i := range msgs {
 		e := &s.entries[i]
 		e.orig = msgs[i]

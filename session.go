@@ -2,6 +2,7 @@ package ctxmgr
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -97,6 +98,13 @@ type Session struct {
 
 	bg *job // background summary in flight or done, not yet applied
 
+	// stored is how many entries the Store holds: entries[stored:] were taken in by
+	// AppendDeferred and wait for Flush (or for the session's next write of any kind).
+	stored int
+	// broken, once set, is why a deferred write failed: the session no longer matches its
+	// Store and refuses further work (ErrNotStored); load it again.
+	broken error
+
 	sup supState // which results later ones show again (supersede.go)
 }
 
@@ -166,11 +174,88 @@ func (s *Session) setSystem(system []chat.Message, tools []chat.Tool) {
 // result above the ingestion cap is offloaded whole and replaced in context by a snippet and a
 // reference. On error nothing of this call is appended.
 func (s *Session) Append(ctx context.Context, msgs ...chat.Message) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.appendLocked(ctx, msgs, true)
+}
+
+// AppendDeferred is Append whose store write of the messages themselves is left to Flush, so
+// that a caller can overlap it with the LLM call it prepares: the messages join the history
+// at once (the next Prepare sees them), and are written by Flush or, at the latest, before
+// the session's next write of any kind (another Append, an offload, an archive, a summary,
+// the compaction state), in order. A result offloaded at ingestion is still written before
+// AppendDeferred returns. Whatever depends on the messages being durable (answering the
+// request the caller prepared with them) must wait for Flush.
+//
+// A failed deferred write leaves the session out of step with its Store: from then on its
+// methods return an error matching ErrNotStored (and the store's own error, such as
+// store.ErrConflict); load the session again with Manager.LoadSession. A write that finds
+// the same messages already stored at their positions (another process appended what this
+// one was given, as proxy instances sharing a database do) is not a failure.
+func (s *Session) AppendDeferred(ctx context.Context, msgs ...chat.Message) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.appendLocked(ctx, msgs, false)
+}
+
+// Flush writes the messages AppendDeferred took in and the Store does not hold yet; it
+// returns at once when there are none. See AppendDeferred for what a failure means.
+func (s *Session) Flush(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.flushLocked(ctx)
+}
+
+// flushLocked writes entries[stored:]. Every write of the session calls it first, so the
+// Store receives the history in order. Called with s.mu held.
+func (s *Session) flushLocked(ctx context.Context) error {
+	if s.broken != nil {
+		return s.broken
+	}
+	if s.stored == len(s.entries) {
+		return nil
+	}
+	msgs := make([]chat.Message, len(s.entries)-s.stored)
+	for i := range msgs {
+		msgs[i] = s.entries[s.stored+i].orig
+	}
+	err := s.m.cfg.Store.Append(ctx, s.id, s.stored, msgs)
+	if errors.Is(err, store.ErrConflict) && s.storedAlready(ctx, msgs) {
+		err = nil
+	}
+	if err != nil {
+		s.broken = fmt.Errorf("%w: session %q, messages %d-%d: %w", ErrNotStored, s.id, s.stored, len(s.entries)-1, s.m.storeErr("append", err))
+		return s.broken
+	}
+	s.stored = len(s.entries)
+	return nil
+}
+
+// storedAlready reports whether the Store holds exactly msgs from position s.stored on.
+func (s *Session) storedAlready(ctx context.Context, msgs []chat.Message) bool {
+	got, err := s.m.cfg.Store.Messages(ctx, s.id, s.stored, s.stored+len(msgs))
+	if err != nil || len(got) != len(msgs) {
+		return false
+	}
+	for i := range got {
+		if got[i].Hash() != msgs[i].Hash() {
+			return false
+		}
+	}
+	return true
+}
+
+// appendLocked validates msgs, offloads what is above the ingestion cap and takes them into
+// the history. With write, they are written to the Store first (after any deferred ones), and
+// a failed write appends nothing; without, their write is left to flushLocked. Called with
+// s.mu held.
+func (s *Session) appendLocked(ctx context.Context, msgs []chat.Message, write bool) error {
+	if s.broken != nil {
+		return s.broken
+	}
 	if len(msgs) == 0 {
 		return nil
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	base := len(s.entries)
 	if err := s.check(base, msgs); err != nil {
 		return err
@@ -195,8 +280,14 @@ func (s *Session) Append(ctx context.Context, msgs ...chat.Message) error {
 			}
 		}
 	}
-	if err := cfg.Store.Append(ctx, s.id, base, msgs); err != nil {
-		return s.m.storeErr("append", err)
+	if write {
+		if err := s.flushLocked(ctx); err != nil {
+			return err
+		}
+		if err := cfg.Store.Append(ctx, s.id, base, msgs); err != nil {
+			return s.m.storeErr("append", err)
+		}
+		s.stored = base + len(msgs)
 	}
 	for i := range news {
 		e := &news[i]
@@ -273,6 +364,9 @@ func (s *Session) check(base int, msgs []chat.Message) error {
 func (s *Session) offload(ctx context.Context, index int, e *entry) (store.Offloaded, error) {
 	if e.off != nil {
 		return *e.off, nil
+	}
+	if err := s.flushLocked(ctx); err != nil {
+		return store.Offloaded{}, err
 	}
 	cfg := &s.m.cfg
 	var expires time.Time

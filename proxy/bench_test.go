@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -176,12 +177,16 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 func BenchmarkProxyOverhead(b *testing.B) {
 	up := instantUpstream()
 	defer up.Close()
+	// As ctxmgr serve runs on SQLite: a request's messages are written while the upstream
+	// works. CTXMGR_BENCH_WRITE_FIRST=1 writes them before (Config.SharedStore, as on a
+	// PostgreSQL store several instances share), to compare the two in one build.
+	shared := os.Getenv("CTXMGR_BENCH_WRITE_FIRST") != ""
 	newProxy := func(b *testing.B, window int) *httptest.Server {
 		st, err := sqlite.Open(filepath.Join(b.TempDir(), "bench.db"), sqlite.Options{Relaxed: true}) // as ctxmgr serve opens it
 		if err != nil {
 			b.Fatal(err)
 		}
-		srv, err := New(Config{UpstreamOpenAI: up.URL, UpstreamAnthropic: up.URL, Store: st, Window: window, Logger: quietLogger()})
+		srv, err := New(Config{UpstreamOpenAI: up.URL, UpstreamAnthropic: up.URL, Store: st, SharedStore: shared, Window: window, Logger: quietLogger()})
 		if err != nil {
 			b.Fatal(err)
 		}

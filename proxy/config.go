@@ -61,6 +61,18 @@ type Config struct {
 
 	// Store keeps sessions. Default: a new in-memory store (nothing survives a restart).
 	Store store.Store
+	// SharedStore says that other instances write the Store's sessions too (PostgreSQL
+	// behind several proxies; ctxmgr serve sets it for a postgres:// store). A request's new
+	// messages are then written before it goes upstream, so that a write another instance
+	// contended is retried before any upstream call (see conflict.go). Otherwise (the
+	// default: this Server is the only writer, as with a SQLite database or a files
+	// directory) they are written while the upstream call is under way
+	// (ctxmgr.Session.AppendDeferred), and the answer is relayed only once they are stored:
+	// the write costs no latency beyond what exceeds the upstream's own time. Should another
+	// writer contend such a write all the same, the upstream's answer is dropped and the
+	// client gets 503 and retries: nothing is lost and nothing goes unmanaged, but the
+	// upstream call was wasted.
+	SharedStore bool
 	// Window is the context window of models that no Models entry names. Zero means: the
 	// built-in table of common models (knownWindows: gpt-4o 128000, claude-* 200000, ...), and
 	// 200000 for the others.

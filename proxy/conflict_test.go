@@ -33,7 +33,7 @@ func (c *conflictStore) Append(ctx context.Context, session string, at int, msgs
 // gets a clear 503 with Retry-After, and never is a request forwarded unmanaged.
 func TestStoreConflictNeverUnmanaged(t *testing.T) {
 	cs := &conflictStore{Store: store.NewMemory()}
-	e := newEnv(t, fakeupstream.Options{}, Config{Store: cs, Tune: smallTune})
+	e := newEnv(t, fakeupstream.Options{}, Config{Store: cs, SharedStore: true, Tune: smallTune})
 	ctx := ctxT(t)
 	a := newOpenAIAgent(e.px.URL, bigOutput(500), ooption.WithHeader(SessionHeader, "conflicts"))
 	for i := 0; i < 6; i++ {

@@ -59,7 +59,7 @@ func TestFanOutPostgres(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer st.Close()
-		srv, err := New(Config{UpstreamOpenAI: up.URL, UpstreamAnthropic: up.URL, Store: st, Window: window, Tune: smallTune, Logger: fanoutLogger()})
+		srv, err := New(Config{UpstreamOpenAI: up.URL, UpstreamAnthropic: up.URL, Store: st, SharedStore: true, Window: window, Tune: smallTune, Logger: fanoutLogger()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -30,6 +30,7 @@ type metrics struct {
 	unmanaged     *prometheus.CounterVec // reason: one of unmanagedReasons
 	lowered       prometheus.Counter
 	busy          prometheus.Counter
+	notStored     prometheus.Counter
 	usageRatio    *prometheus.HistogramVec
 	overhead      *prometheus.HistogramVec
 }
@@ -69,6 +70,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Requests whose max_tokens the proxy lowered to fit the window in force."}),
 		busy: prometheus.NewCounter(prometheus.CounterOpts{Name: "ctxmgr_session_busy_total",
 			Help: "Chat requests answered 503 because other writers kept appending to their session (store conflicts)."}),
+		notStored: prometheus.NewCounter(prometheus.CounterOpts{Name: "ctxmgr_not_stored_total",
+			Help: "Chat requests answered 503 because their new messages, written while the upstream worked (SharedStore false), could not be stored."}),
 		usageRatio: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ctxmgr_usage_ratio",
 			Help:    "Provider-reported input tokens divided by the proxy's estimate of the request, by counter kind (exact, heuristic).",
 			Buckets: []float64{0.5, 0.8, 0.9, 0.95, 0.98, 1, 1.02, 1.05, 1.1, 1.2, 1.5, 2}}, []string{"counter"}),
@@ -77,7 +80,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14)}, []string{"format"}),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.upstream, m.tokensBefore, m.tokensAfter, m.compactions, m.recoveries,
-		m.fallbacks, m.prefixChanged, m.prefixKept, m.commands, m.reads, m.branches, m.reloads, m.unmanaged, m.lowered, m.busy, m.usageRatio, m.overhead} {
+		m.fallbacks, m.prefixChanged, m.prefixKept, m.commands, m.reads, m.branches, m.reloads, m.unmanaged, m.lowered, m.busy, m.notStored, m.usageRatio, m.overhead} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -69,7 +69,7 @@ func TestTwoInstancesPostgres(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer st.Close()
-		srv, err := New(Config{UpstreamOpenAI: up.URL, UpstreamAnthropic: up.URL, Store: st, Window: window, Tune: smallTune, Logger: quietLogger()})
+		srv, err := New(Config{UpstreamOpenAI: up.URL, UpstreamAnthropic: up.URL, Store: st, SharedStore: true, Window: window, Tune: smallTune, Logger: quietLogger()})
 		if err != nil {
 			t.Fatal(err)
 		}

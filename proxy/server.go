@@ -336,6 +336,53 @@ type exchange struct {
 	upstreamNS int64
 	reads      int
 	recovered  int
+
+	// flush carries the result of writing the request's new messages, when that runs
+	// beside the upstream call (Config.SharedStore false); flushed says it was received, into
+	// flushErr.
+	flush    chan error
+	flushed  bool
+	flushErr error
+}
+
+// startFlush writes the messages the request added to its session (deferred by
+// Session.AppendDeferred) while the request goes upstream. The write is not bound to the
+// client's connection: messages taken in are stored even if the client goes away.
+func (x *exchange) startFlush() {
+	if x.sess == nil || x.flush != nil {
+		return
+	}
+	x.flush = make(chan error, 1)
+	sess, ctx := x.sess, context.WithoutCancel(x.r.Context())
+	go func() { x.flush <- sess.Flush(ctx) }()
+}
+
+// awaitFlush waits for startFlush's write. It must succeed before anything of the answer is
+// relayed: an answered request has its messages stored. On failure the session is dropped
+// from memory (the next request reloads it from the Store, without what was not stored,
+// and its client sends those messages again).
+func (x *exchange) awaitFlush() error {
+	if x.flush == nil || x.flushed {
+		return x.flushErr
+	}
+	x.flushErr, x.flushed = <-x.flush, true
+	if x.flushErr != nil {
+		x.ps.mu.Lock()
+		if x.ps.sess == x.sess {
+			x.ps.sess = nil
+		}
+		x.ps.mu.Unlock()
+		x.s.metrics.notStored.Inc()
+		x.log.Warn("proxy: storing the request's messages failed; the client is asked to retry", slog.String("error", x.flushErr.Error()))
+	}
+	return x.flushErr
+}
+
+// notStored answers a request whose messages could not be stored: 503 with Retry-After, so
+// that the client sends the request again (never an answer whose history is not kept).
+func (x *exchange) notStored() {
+	x.w.Header().Set("Retry-After", "1")
+	writeError(x.w, x.format, http.StatusServiceUnavailable, "overloaded_error", "ctxmgr: the conversation's new messages could not be stored; retry")
 }
 
 func boolField(extra map[string]json.RawMessage, key string) bool {
@@ -403,7 +450,9 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 		return
 	}
 
+	defer func() { _ = x.awaitFlush() }() // whatever path returns, the write is complete
 	out, info, err := s.manage(r.Context(), x)
+	x.startFlush()
 	attrs = append(attrs, info...)
 	if err != nil {
 		if errors.Is(err, errAnswered) {
@@ -567,6 +616,11 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 	if cmd != nil {
 		text := s.runCommand(ctx, ps, cmd, dec.System, dec.Tools)
 		ps.mu.Unlock()
+		x.startFlush()
+		if x.awaitFlush() != nil {
+			x.notStored()
+			return nil, info, errAnswered
+		}
 		var so struct {
 			IncludeUsage bool `json:"include_usage"`
 		}
@@ -705,6 +759,13 @@ const maxErrorBody = 4 << 20
 func (x *exchange) forward(ctx context.Context, body []byte) {
 	for {
 		resp, err := x.send(ctx, body)
+		if ferr := x.awaitFlush(); ferr != nil {
+			if err == nil {
+				resp.Body.Close()
+			}
+			x.notStored()
+			return
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return

@@ -363,7 +363,12 @@ func (s *Server) sync(ctx context.Context, ps *psession, m *managed, key manager
 		if len(news) == 0 {
 			break
 		}
-		err := ps.sess.Append(ctx, storedCopies(news)...)
+		var err error
+		if s.cfg.SharedStore {
+			err = ps.sess.Append(ctx, storedCopies(news)...)
+		} else {
+			err = ps.sess.AppendDeferred(ctx, storedCopies(news)...) // written by exchange.startFlush
+		}
 		if err == nil {
 			ps.hashes = append(ps.hashes, hashes[len(ps.hashes):]...)
 			c := ps.mgr.m.Config().Counter

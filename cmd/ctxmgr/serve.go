@@ -208,6 +208,7 @@ func runServe(cmd *cobra.Command, o *serveOptions) error {
 		Routes:            fc.Routes,
 		Models:            fc.Models,
 		Store:             st,
+		SharedStore:       isPostgres(o.store), // several instances may share a PostgreSQL database
 		Window:            o.window,
 		MaxOutput:         o.maxOutput,
 		Preset:            o.preset,

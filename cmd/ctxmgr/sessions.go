@@ -28,6 +28,12 @@ const defaultStore = "sqlite:./ctxmgr.db"
 // storeSpecHelp describes the --store values.
 const storeSpecHelp = `sqlite:PATH (a SQLite database file), postgres://USER@HOST:PORT/DB?... (PostgreSQL), or files:DIR (the file store)`
 
+// isPostgres reports whether a --store value names a PostgreSQL database: a store that
+// several instances may share.
+func isPostgres(spec string) bool {
+	return strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://")
+}
+
 // openStore opens the store a --store value names: "sqlite:PATH", "postgres://..." (or
 // "postgresql://..."), or "files:DIR". A SQLite database or a directory that does not exist
 // is created. A malformed spec is a usage error. relaxed opens SQLite with
@@ -40,7 +46,7 @@ func openStore(ctx context.Context, spec string, relaxed bool) (store.Store, err
 			return nil, usageErrorf("--store %q: missing database path after sqlite:", spec)
 		}
 		return sqlite.Open(path, sqlite.Options{Relaxed: relaxed})
-	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
+	case isPostgres(spec):
 		return postgres.Open(ctx, spec, postgres.Options{})
 	case strings.HasPrefix(spec, "files:"):
 		dir := strings.TrimPrefix(spec, "files:")
