@@ -388,11 +388,10 @@ func EncodeAnthropicCached(r *chat.Request, c *EncodeCache) ([]byte, error) {
 		}
 		top["system"] = b
 	}
-	msgs, err := encodeAnthropicMessages(r.Messages, memo)
+	msgs, err := anthropicMessages(r.Messages, memo)
 	if err != nil {
 		return nil, err
 	}
-	top["messages"] = msgs
 	if len(r.Tools) > 0 {
 		tools := make([]json.RawMessage, 0, len(r.Tools))
 		for _, t := range r.Tools {
@@ -428,7 +427,8 @@ func EncodeAnthropicCached(r *chat.Request, c *EncodeCache) ([]byte, error) {
 		}
 		top["tools"] = joinArray(tools)
 	}
-	return marshalObject(top, "model", "max_tokens", "system", "messages")
+	// The messages are written into the body in place: one copy of a long history, not two.
+	return marshalWith(top, "messages", msgs, "model", "max_tokens", "system", "messages")
 }
 
 // EncodeAnthropicMessages encodes messages as an Anthropic messages array. System messages in
@@ -438,7 +438,16 @@ func EncodeAnthropicMessages(msgs []chat.Message) (json.RawMessage, error) {
 }
 
 func encodeAnthropicMessages(msgs []chat.Message, memo *encodeMemo) (json.RawMessage, error) {
-	var out []json.RawMessage
+	out, err := anthropicMessages(msgs, memo)
+	if err != nil {
+		return nil, err
+	}
+	return joinArray(out), nil
+}
+
+// anthropicMessages encodes msgs as the elements of an Anthropic messages array.
+func anthropicMessages(msgs []chat.Message, memo *encodeMemo) ([]json.RawMessage, error) {
+	out := make([]json.RawMessage, 0, len(msgs))
 	for i := 0; i < len(msgs); {
 		j := anthropicGroupEnd(msgs, i)
 		b, err := memo.group(msgs, i, j, func() ([]byte, error) { return encodeAnthropicGroup(msgs, i, j) })
@@ -448,7 +457,7 @@ func encodeAnthropicMessages(msgs []chat.Message, memo *encodeMemo) (json.RawMes
 		out = append(out, b)
 		i = j
 	}
-	return joinArray(out), nil
+	return out, nil
 }
 
 // anthropicGroupEnd returns the end of the Anthropic message that begins with msgs[i]: the

@@ -9,24 +9,40 @@ import (
 )
 
 // An EncodeCache keeps what EncodeAnthropicCached or EncodeResponsesCached rendered in its
-// last call (Anthropic messages, the Responses input items of a message), each by a 128-bit
+// last call (Anthropic messages, the Responses input items of a message), each under a 128-bit
 // fingerprint of every field of the neutral messages it was made of
 // (chat.Message.HashTo, hashed by two seeded maphash functions: tens of GB/s, against the
-// JSON encoding it saves). The cache is by content, not by position: the breakpoints a proxy
-// moves change a message or two per request, and compaction shifts positions, yet a message
-// the conversation still holds, unchanged, is not encoded again. It keeps only what the last
-// call used, so it holds about one request's messages.
+// JSON encoding it saves). A call finds what it can reuse in two ways:
+//   - by position: a group of messages at the same positions as in the last call, each the
+//     same value (chat.Message.Shares: the same arrays and maps; a proxy's messages are the
+//     same values request after request, and are never modified in place), is the same
+//     group; nothing is hashed, so a growing conversation costs what its new messages cost;
+//   - by content, for the rest: the breakpoints a proxy moves change a message or two per
+//     request, and compaction shifts positions, yet a message the conversation still holds,
+//     unchanged, is not encoded again.
 //
-// An EncodeCache is safe for concurrent use; calls that overlap encode without it.
+// It keeps only what the last call used, so it holds about one request's messages. An
+// EncodeCache is safe for concurrent use; calls that overlap encode without it.
 type EncodeCache struct {
 	mu     sync.Mutex
 	format Format // of the last call: another format starts the cache afresh
 	s1, s2 maphash.Seed
-	last   map[[2]uint64][]byte
-	// msgs are the messages of the last call and fps their fingerprints (the slice keeps
-	// their arrays alive, so Shares cannot be fooled by memory reused for other messages).
-	msgs []chat.Message
-	fps  [][2]uint64
+	// msgs are the messages of the last call (the slice keeps their arrays alive, so
+	// Shares cannot be fooled by memory reused for other messages), fps the fingerprints
+	// it computed (zero: not computed), and groups what it rendered, in order.
+	msgs   []chat.Message
+	fps    [][2]uint64
+	groups []cachedGroup
+	// encoded and hashed count the groups the last call encoded and the messages it
+	// fingerprinted: what it could not reuse (tests read them).
+	encoded, hashed int
+}
+
+// cachedGroup is the rendering of msgs[i:j] under its fingerprint key.
+type cachedGroup struct {
+	i, j int
+	key  [2]uint64
+	b    []byte
 }
 
 // NewEncodeCache returns an empty cache.
@@ -35,14 +51,16 @@ func NewEncodeCache() *EncodeCache {
 }
 
 // encodeMemo is one call's view of the cache: what the last call left, and what this one
-// uses. A nil memo encodes everything.
+// renders. A nil memo encodes everything.
 type encodeMemo struct {
-	c    *EncodeCache
-	last map[[2]uint64][]byte
-	used map[[2]uint64][]byte
-	f    fields
-	msgs []chat.Message
-	fps  [][2]uint64
+	c      *EncodeCache
+	byKey  map[[2]uint64][]byte // the last call's groups by key, made at the first miss
+	f      fields
+	msgs   []chat.Message
+	fps    [][2]uint64
+	groups []cachedGroup
+
+	encoded, hashed int
 }
 
 func (c *EncodeCache) begin(f Format) *encodeMemo {
@@ -50,19 +68,19 @@ func (c *EncodeCache) begin(f Format) *encodeMemo {
 		return nil
 	}
 	if c.format != f {
-		c.format, c.last, c.msgs, c.fps = f, nil, nil, nil
+		c.format, c.msgs, c.fps, c.groups = f, nil, nil, nil
 	}
-	return &encodeMemo{c: c, last: c.last, used: make(map[[2]uint64][]byte, len(c.last)+8)}
+	return &encodeMemo{c: c, groups: make([]cachedGroup, 0, len(c.groups)+8)}
 }
 
 func (c *EncodeCache) end(m *encodeMemo) {
 	if m == nil {
 		return
 	}
-	c.last = m.used
-	if m.fps != nil {
-		c.msgs, c.fps = m.msgs, m.fps
+	if m.msgs != nil {
+		c.msgs, c.fps, c.groups = m.msgs, m.fps, m.groups
 	}
+	c.encoded, c.hashed = m.encoded, m.hashed
 	c.mu.Unlock()
 }
 
@@ -75,47 +93,70 @@ func (f *fields) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// group returns the encoding of the Anthropic message made of msgs[i:j]: the one the last
-// call made for the same messages, or what encode makes.
+// group returns the encoding of the Anthropic message (or Responses segment) made of
+// msgs[i:j]: the one the last call made for the same messages, or what encode makes. A call
+// passes the groups of one msgs slice in order.
 func (m *encodeMemo) group(msgs []chat.Message, i, j int, encode func() ([]byte, error)) ([]byte, error) {
 	if m == nil {
 		return encode()
 	}
-	if m.fps == nil {
-		m.fingerprints(msgs)
+	if m.msgs == nil {
+		m.msgs, m.fps = msgs, make([][2]uint64, len(msgs))
+	}
+	c := m.c
+	if g := len(m.groups); g < len(c.groups) && c.groups[g].i == i && c.groups[g].j == j && j <= len(c.msgs) {
+		same := true
+		for k := i; k < j && same; k++ {
+			same = msgs[k].Shares(&c.msgs[k])
+		}
+		if same {
+			cg := c.groups[g]
+			copy(m.fps[i:j], c.fps[i:j])
+			m.groups = append(m.groups, cg)
+			return cg.b, nil
+		}
 	}
 	m.f.buf = m.f.buf[:0]
-	for _, fp := range m.fps[i:j] {
+	for k := i; k < j; k++ {
+		fp := m.fingerprint(msgs, k)
 		m.f.buf = binary.LittleEndian.AppendUint64(m.f.buf, fp[0])
 		m.f.buf = binary.LittleEndian.AppendUint64(m.f.buf, fp[1])
 	}
-	k := [2]uint64{maphash.Bytes(m.c.s1, m.f.buf), maphash.Bytes(m.c.s2, m.f.buf)}
-	if b, ok := m.last[k]; ok {
-		m.used[k] = b
-		return b, nil
+	key := [2]uint64{maphash.Bytes(c.s1, m.f.buf), maphash.Bytes(c.s2, m.f.buf)}
+	if m.byKey == nil {
+		m.byKey = make(map[[2]uint64][]byte, len(c.groups))
+		for _, cg := range c.groups {
+			m.byKey[cg.key] = cg.b
+		}
 	}
-	b, err := encode()
-	if err == nil {
-		m.used[k] = b
+	b, ok := m.byKey[key]
+	if !ok {
+		var err error
+		if b, err = encode(); err != nil {
+			return nil, err
+		}
+		m.encoded++
 	}
-	return b, err
+	m.groups = append(m.groups, cachedGroup{i: i, j: j, key: key, b: b})
+	return b, nil
 }
 
-// fingerprints sets m.fps to the fingerprint of each of msgs: taken from the last call for a
-// message at the same position that shares its storage (chat.Message.Shares: the proxy's
-// messages are the same values request after request, so a growing conversation hashes only
-// its new messages), computed otherwise.
-func (m *encodeMemo) fingerprints(msgs []chat.Message) {
-	m.fps = make([][2]uint64, len(msgs))
-	prev, prevFP := m.c.msgs, m.c.fps
-	for i := range msgs {
-		if i < len(prev) && i < len(prevFP) && msgs[i].Shares(&prev[i]) {
-			m.fps[i] = prevFP[i]
-			continue
-		}
-		m.f.buf = m.f.buf[:0]
-		msgs[i].HashTo(&m.f)
-		m.fps[i] = [2]uint64{maphash.Bytes(m.c.s1, m.f.buf), maphash.Bytes(m.c.s2, m.f.buf)}
+// fingerprint returns the fingerprint of msgs[k]: the last call's for a message at the same
+// position that shares its storage, computed otherwise. It uses m.f.buf past what the caller
+// wrote, and leaves that as it was.
+func (m *encodeMemo) fingerprint(msgs []chat.Message, k int) [2]uint64 {
+	c := m.c
+	if k < len(c.msgs) && k < len(c.fps) && c.fps[k] != ([2]uint64{}) && msgs[k].Shares(&c.msgs[k]) {
+		m.fps[k] = c.fps[k]
+		return m.fps[k]
 	}
-	m.msgs = msgs
+	if m.fps[k] == ([2]uint64{}) {
+		n := len(m.f.buf)
+		msgs[k].HashTo(&m.f)
+		h := m.f.buf[n:]
+		m.fps[k] = [2]uint64{maphash.Bytes(c.s1, h), maphash.Bytes(c.s2, h)}
+		m.f.buf = m.f.buf[:n]
+		m.hashed++
+	}
+	return m.fps[k]
 }

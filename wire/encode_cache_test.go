@@ -35,16 +35,18 @@ func TestEncodeAnthropicCached(t *testing.T) {
 		}
 		convs = append(convs, req.Messages)
 	}
+	// A cache for each encoder (one serving both in turn would start afresh at every change
+	// of format), so that each reuses what its last call rendered.
+	responsesCaches := map[*EncodeCache]*EncodeCache{}
 	check := func(c *EncodeCache, r *chat.Request) {
 		t.Helper()
-		// One cache serves both encoders in turn (a format change starts it afresh).
 		want, werr := EncodeAnthropic(r)
 		got, gerr := EncodeAnthropicCached(r, c)
 		if (werr == nil) != (gerr == nil) || !bytes.Equal(want, got) {
 			t.Fatalf("cached Anthropic encoding differs: %v / %v\nwant %s\ngot  %s", werr, gerr, want, got)
 		}
 		want, werr = EncodeResponses(r)
-		got, gerr = EncodeResponsesCached(r, c)
+		got, gerr = EncodeResponsesCached(r, responsesCaches[c])
 		if (werr == nil) != (gerr == nil) || !bytes.Equal(want, got) {
 			t.Fatalf("cached Responses encoding differs: %v / %v\nwant %s\ngot  %s", werr, gerr, want, got)
 		}
@@ -52,10 +54,11 @@ func TestEncodeAnthropicCached(t *testing.T) {
 	hits := 0
 	for _, msgs := range convs {
 		c := NewEncodeCache()
+		responsesCaches[c] = NewEncodeCache()
 		for n := 1; n <= len(msgs); n++ {
 			r := &chat.Request{Messages: msgs[:n], Extra: map[string]json.RawMessage{"model": json.RawMessage(`"claude"`), "max_tokens": json.RawMessage(`1024`)}}
 			check(c, r)
-			hits += len(c.last)
+			hits += len(c.groups)
 			// A breakpoint on the newest message, as a proxy places it: a changed copy.
 			last := msgs[n-1]
 			last.Extra = map[string]json.RawMessage{"cache_control": json.RawMessage(`{"type":"ephemeral"}`)}
@@ -77,6 +80,54 @@ func TestEncodeAnthropicCached(t *testing.T) {
 
 // TestEncodeCacheTellsMessagesApart: a message in the place of another, of the same role and
 // shape, is encoded anew (its fingerprint covers its content), in both formats.
+// TestEncodeCacheReuses: a growing conversation, with a breakpoint moved to its newest
+// message each time as a proxy does, encodes only its new and changed messages and hashes
+// nothing it encoded before; an edit in the middle encodes and hashes that message alone.
+func TestEncodeCacheReuses(t *testing.T) {
+	run := tauBenchRuns(t)[0]
+	body, _ := json.Marshal(map[string]any{"model": "gpt-4o", "messages": run.Traj})
+	req, err := DecodeOpenAI(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := req.Messages
+	extra := map[string]json.RawMessage{"model": json.RawMessage(`"m"`), "max_tokens": json.RawMessage(`1024`)}
+	for _, f := range []struct {
+		name   string
+		cached func(*chat.Request, *EncodeCache) ([]byte, error)
+	}{{"anthropic", EncodeAnthropicCached}, {"responses", EncodeResponsesCached}} {
+		c := NewEncodeCache()
+		bp := map[string]json.RawMessage{"cache_control": json.RawMessage(`{"type":"ephemeral"}`)}
+		var prev []chat.Message
+		for n := 1; n <= len(msgs); n++ {
+			// The request: the previous one's messages (the same values) without the
+			// previous breakpoint, the new message with one.
+			cur := append(append([]chat.Message(nil), msgs[:n-1]...), msgs[n-1])
+			cur[n-1].Extra = bp
+			if _, err := f.cached(&chat.Request{Messages: cur, Extra: extra}, c); err != nil {
+				t.Fatal(err)
+			}
+			// The message that lost its breakpoint and the new one, at most (an Anthropic
+			// message may join both).
+			if n > 1 && (c.encoded > 2 || c.hashed > 2) {
+				t.Fatalf("%s, %d messages: %d groups encoded, %d messages hashed; want at most 2", f.name, n, c.encoded, c.hashed)
+			}
+			prev = cur
+		}
+		edited := append([]chat.Message(nil), prev...)
+		edited[len(edited)/2] = chat.TextMessage(edited[len(edited)/2].Role, "edited")
+		if edited[len(edited)/2].Role == chat.RoleTool {
+			continue
+		}
+		if _, err := f.cached(&chat.Request{Messages: edited, Extra: extra}, c); err != nil {
+			t.Fatal(err)
+		}
+		if c.encoded != 1 || c.hashed != 1 {
+			t.Fatalf("%s, an edit: %d groups encoded, %d messages hashed; want 1 and 1", f.name, c.encoded, c.hashed)
+		}
+	}
+}
+
 func TestEncodeCacheTellsMessagesApart(t *testing.T) {
 	c := NewEncodeCache()
 	for _, f := range []struct {

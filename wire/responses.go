@@ -571,6 +571,7 @@ func EncodeResponsesCached(r *chat.Request, c *EncodeCache) ([]byte, error) {
 	}
 	var mode string
 	_ = json.Unmarshal(marks[markInput], &mode)
+	var inputItems []json.RawMessage // written into the body in place (one copy, not two)
 	switch {
 	case mode == "string" && same && len(sys) == 0 && len(r.Messages) == 1 && isPlainUserText(&r.Messages[0]):
 		_ = put(top, "input", r.Messages[0].Content[0].Text)
@@ -601,7 +602,7 @@ func EncodeResponsesCached(r *chat.Request, c *EncodeCache) ([]byte, error) {
 				items = append(items, seg)
 			}
 		}
-		top["input"] = joinArray(items)
+		inputItems = items
 	}
 	if len(r.Tools) > 0 {
 		tools := make([]json.RawMessage, 0, len(r.Tools))
@@ -615,6 +616,9 @@ func EncodeResponsesCached(r *chat.Request, c *EncodeCache) ([]byte, error) {
 			}
 		}
 		top["tools"] = joinArray(tools)
+	}
+	if inputItems != nil {
+		return marshalWith(top, "input", inputItems, "model", "instructions", "input")
 	}
 	return marshalObject(top, "model", "instructions", "input")
 }
