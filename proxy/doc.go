@@ -84,9 +84,18 @@
 //
 // Sessions are cached in memory (Config.MaxSessions, least recently used dropped) and loaded
 // from the Store (Manager.LoadSession) on a miss, so a restarted proxy, or another instance on
-// the same PostgreSQL database, continues them. When Append fails with store.ErrConflict
-// (another instance appended first) the session is reloaded from the store and the append is
-// retried once. One ctxmgr.Manager serves each (window, reply reserve, token counter): the
+// the same PostgreSQL database, continues them.
+//
+// A request's new messages are written to the Store while the request is upstream
+// (ctxmgr.Session.AppendDeferred, written by Session.Flush beside the upstream call), and the
+// answer is relayed only once they are stored: the write costs no latency but what exceeds
+// the upstream's own time, and an answered request always has its messages stored. A write
+// that fails there drops the upstream's answer: the client gets 503 with Retry-After and its
+// retry is managed from what the Store holds (ctxmgr_not_stored_total). With several
+// instances on one database (Config.SharedStore; ctxmgr serve sets it for postgres://), the
+// messages are written before the request goes upstream instead, so that when Append fails
+// with store.ErrConflict (another instance appended first) the session is reloaded from the
+// store and the append retried before any upstream call (conflict.go). One ctxmgr.Manager serves each (window, reply reserve, token counter): the
 // window comes from Config.Models by model prefix, else Config.Window (default 200000); the
 // reply reserve is described above. The preset's ingestion cap is lowered to `window` bytes for windows under 50000
 // tokens (a tool result of more than about a quarter of the window is offloaded at once).
