@@ -39,9 +39,10 @@ func (p Prices) validate() error {
 // (superseding, age-out, masking).
 //
 // A rewrite at some position of a request the provider has cached changes the prefix from
-// there on: on the next call the tokens after the change point (after: everything sent after
-// the first rewritten message, the rewritten messages included, in their new form) are billed
-// uncached instead of cached, a one-off miss of after*(Uncached-Cached). In exchange every later
+// there on: on the next call the tokens after the change point that the previous call sent
+// (after: from the first rewritten message, in its new form, up to the previous call's reply;
+// the reply and what follows it are new and billed uncached whether or not the rewrite is
+// made) are billed uncached instead of cached, a one-off miss of after*(Uncached-Cached). In exchange every later
 // call sends saved fewer tokens, which would have been cached: saved*Cached per call. How many
 // calls are still to come is unknown; by the Copernican argument (the present call is at a
 // uniformly random point of the run), more than a third of the calls made so far remain with

@@ -1,0 +1,90 @@
+package ctxmgr
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/ctxmgr/ctxmgr/chat"
+)
+
+// smallCalls appends n small tool iterations, preparing a request before each, so that the
+// cost model expects calls to come.
+func smallCalls(t *testing.T, s *Session, prefix string, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		if _, err := s.Prepare(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		id := fmt.Sprintf("%s%d", prefix, i)
+		appendAll(t, s, chat.Message{Role: chat.RoleAssistant, ToolCalls: []chat.ToolCall{{ID: id, Name: "bash", Arguments: fmt.Sprintf(`{"command":"echo %d"}`, i)}}}, chat.ToolResult(id, "bash", "ok", false))
+	}
+}
+
+func viewKindAt(s *Session, i int) viewKind {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.entries[i].kind
+}
+
+// The miss a rewrite causes counts only what the previous call sent after its change point:
+// the latest assistant message and the results after it are new, billed uncached whether the
+// rewrite is made or not. A result that has just left the newest, followed only by new
+// messages, ages out at once, however large the new result after it is.
+func TestAgeOutMissCountsSentTokensOnly(t *testing.T) {
+	ctx := context.Background()
+	_, s := testManager(t, Config{ToolResultCap: 100000, AgeOut: true, OldToolResultCap: 1000, RecentToolResults: 1})
+	appendAll(t, s, chat.TextMessage(chat.RoleUser, "go"))
+	smallCalls(t, s, "w", 30)
+	at := len(s.entries) + 1
+	appendAll(t, s, call("x"), chat.ToolResult("x", "bash", lines(400, "first output line"), false)) // ~2,400 tokens
+	if _, err := s.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A much larger new result: the old miss (the whole tail, new tokens included) would not
+	// pay; the miss of what was sent (the aged result alone) does.
+	appendAll(t, s, call("y"), chat.ToolResult("y", "bash", lines(3000, "second output line"), false))
+	if _, err := s.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if k := viewKindAt(s, at); k != viewRetruncated {
+		t.Fatalf("result followed only by new messages not aged out: %v", k)
+	}
+}
+
+// A batch waits for a result of its tail that is due to age out: made now, the batch would
+// re-send that result's full text as a miss, and again when it ages out a call later.
+func TestAgeOutWaitsForDueResult(t *testing.T) {
+	ctx := context.Background()
+	_, s := testManager(t, Config{ToolResultCap: 100000, AgeOut: true, OldToolResultCap: 1000, RecentToolResults: 2})
+	appendAll(t, s, chat.TextMessage(chat.RoleUser, "go"))
+	smallCalls(t, s, "w", 30)
+	x := len(s.entries) + 1
+	// ~12,000 tokens: alone, its age-out pays against the ~7,800 sent after it.
+	appendAll(t, s, call("x"), chat.ToolResult("x", "bash", lines(1900, "first output line"), false))
+	if _, err := s.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	appendAll(t, s, call("y"), chat.ToolResult("y", "bash", lines(1200, "second output line"), false))
+	if _, err := s.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	y := len(s.entries) - 1
+	// x leaves the two newest; y, sent last call and due next, sits after it.
+	appendAll(t, s, call("z"), chat.ToolResult("z", "bash", "ok", false))
+	if _, err := s.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if k := viewKindAt(s, x); k != viewOriginal {
+		t.Fatalf("aged out before the result due after it: %v", k)
+	}
+	// A call later both age out, in one batch.
+	appendAll(t, s, call("v"), chat.ToolResult("v", "bash", "ok", false))
+	p, err := s.Prepare(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kx, ky := viewKindAt(s, x), viewKindAt(s, y); kx != viewRetruncated || ky != viewRetruncated {
+		t.Fatalf("not aged out together: %v %v; steps %+v", kx, ky, p.Report.Steps)
+	}
+}
