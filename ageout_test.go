@@ -88,3 +88,28 @@ func TestAgeOutWaitsForDueResult(t *testing.T) {
 		t.Fatalf("not aged out together: %v %v; steps %+v", kx, ky, p.Report.Steps)
 	}
 }
+
+// Paging through a document: a ranged read that a later read of the same file follows has
+// been paged past, and ages out like an older result even while it is among the newest, so
+// that the pages read before stay small.
+func TestPagedReadAgesOut(t *testing.T) {
+	ctx := context.Background()
+	_, s := testManager(t, Config{ToolResultCap: 100000, AgeOut: true, OldToolResultCap: 1000, RecentToolResults: 2})
+	appendAll(t, s, chat.TextMessage(chat.RoleUser, "quote /doc.md"))
+	smallCalls(t, s, "w", 9)
+	first := len(s.entries) + 1
+	appendAll(t, s, readCall("p1", "/doc.md", 1, 300), chat.ToolResult("p1", "Read", lines(300, "The config_option option (default 1) controls"), false))
+	if _, err := s.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	appendAll(t, s, readCall("p2", "/doc.md", 301, 300), chat.ToolResult("p2", "Read", lines(300, "The other_option option (default 2) controls"), false))
+	if _, err := s.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if k := viewKindAt(s, first); k != viewRetruncated {
+		t.Fatalf("page read past not aged out: %v", k)
+	}
+	if k := viewKindAt(s, first+2); k != viewOriginal {
+		t.Fatalf("newest page aged out: %v", k)
+	}
+}

@@ -65,6 +65,12 @@ func (st *supState) scan(s *Session) {
 			a.key = fmt.Sprintf("%s#%x", a.key, h.Sum64())
 		}
 		st.actions[i] = a
+		if a.kind == actRead {
+			if st.lastRead == nil {
+				st.lastRead = map[string]int{}
+			}
+			st.lastRead[a.key] = i
+		}
 		kept := st.byKey[a.key][:0]
 		for _, j := range st.byKey[a.key] {
 			if st.actions[j].coveredBy(a) {
@@ -122,6 +128,12 @@ func (s *Session) ageCandidates(cands []rewriteCandidate) []rewriteCandidate {
 		}
 		keep = append(keep, k)
 		r := len(s.results) - 1 - k // how many newer results there are
+		if a, ok := s.sup.actions[i]; ok && a.ranged() && s.sup.lastRead[a.key] > i {
+			// A range of a file that a later read of the same file follows: the agent has
+			// paged past it (and quoted what it needed: its messages stay verbatim). It
+			// ages out like an older result, while its tail is still short.
+			r = max(r, cfg.RecentToolResults)
+		}
 		if taken[i] || i == s.pinned {
 			continue
 		}
