@@ -66,8 +66,9 @@ type Config struct {
 	CostMaskKeep int
 	// MaskBeforeSummary, when the request is still over the compaction trigger after the
 	// threshold rewrite, masks every tool result but the RecentToolResults newest before
-	// summarizing, so that the conversation's own messages stay verbatim (the summary runs
-	// only if that is not enough). Default off (the default preset turns it on).
+	// summarizing, then, if still over, all but the newest, so that the conversation's own
+	// messages stay verbatim (the summary runs only if that is not enough). Default off (the
+	// default preset turns it on).
 	MaskBeforeSummary bool
 
 	// Prices is the price profile rewrites are decided by (see Prices.Expected): a rewrite
