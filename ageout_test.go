@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/store"
 )
 
 // smallCalls appends n small tool iterations, preparing a request before each, so that the
@@ -111,5 +112,59 @@ func TestPagedReadAgesOut(t *testing.T) {
 	}
 	if k := viewKindAt(s, first+2); k != viewOriginal {
 		t.Fatalf("newest page aged out: %v", k)
+	}
+}
+
+// A requested read keeps, at ingestion, what fits under the compaction threshold beside the
+// conversation's own messages (at most RequestedReadCap): at a 16K window a 21 KB page is
+// kept whole at the start of a run (more than the window in bytes), and capped once the
+// conversation fills the room. A restored session caps the same results.
+func TestRequestedReadCapFromRoom(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory()
+	cfg := Config{Store: st, ToolResultCap: 10000}
+	cfg.Budget.Window, cfg.Budget.MaxOutput = 16384, 2048
+	_, s := testManager(t, cfg)
+	page := lines(700, "The x_y option (default 1)") // ~21 KB, ~7,700 tokens
+	appendAll(t, s, chat.TextMessage(chat.RoleUser, "quote /doc.md"), readCall("p1", "/doc.md", 1, 1000), chat.ToolResult("p1", "Read", page, false))
+	if k := viewKindAt(s, 2); k != viewOriginal {
+		t.Fatalf("page that fits capped at ingestion: %v", k)
+	}
+	// The assistant's own messages fill the room.
+	for i := 0; i < 40; i++ {
+		appendAll(t, s, chat.TextMessage(chat.RoleAssistant, lines(40, fmt.Sprintf("quote_%d of the page", i))), chat.TextMessage(chat.RoleUser, "go on"))
+	}
+	appendAll(t, s, readCall("p2", "/doc.md", 1001, 1000), chat.ToolResult("p2", "Read", page, false))
+	last := len(s.entries) - 1
+	s.mu.Lock()
+	size := textBytes(&s.entries[last].view)
+	s.mu.Unlock()
+	if k := viewKindAt(s, last); k != viewOffloaded || size > 11000 {
+		t.Fatalf("page with no room left: %v, %d bytes", k, size)
+	}
+	p, err := s.Prepare(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2, err := New(Config{Store: st, ToolResultCap: 10000, Budget: cfg.Budget, Logger: discardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Close()
+	s2, err := m2.LoadSession(ctx, s.ID(), []chat.Message{chat.TextMessage(chat.RoleSystem, "sys")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := s2.Prepare(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p2.Request.Messages) != len(p.Request.Messages) {
+		t.Fatal("restored session sends another request")
+	}
+	for i := range p.Request.Messages {
+		if p2.Request.Messages[i].Text() != p.Request.Messages[i].Text() {
+			t.Fatalf("restored session sends another message %d", i)
+		}
 	}
 }
