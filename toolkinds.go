@@ -262,7 +262,7 @@ func (s *Session) ingestCap(e *entry, batch []chat.Message, own int) int {
 		return 0
 	}
 	c := cfg.ToolResultCap
-	if cfg.RequestedReadCap > c {
+	if cfg.RequestedReadCap > c && e.size > c {
 		if tc, ok := s.callOf(e.orig.ToolCallID, batch); ok && classify(tc, cfg.ReadTools).requested() {
 			c = max(c, min(cfg.RequestedReadCap, s.roomBytes(e, own)))
 		}
