@@ -66,8 +66,9 @@ type Config struct {
 	CostMaskKeep int
 	// MaskBeforeSummary, when the request is still over the compaction trigger after the
 	// threshold rewrite, masks every tool result but the RecentToolResults newest before
-	// summarizing, so that the conversation's own messages stay verbatim (the summary runs
-	// only if that is not enough). Default off (the default preset turns it on).
+	// summarizing, then, if still over, all but the newest, so that the conversation's own
+	// messages stay verbatim (the summary runs only if that is not enough). Default off (the
+	// default preset turns it on).
 	MaskBeforeSummary bool
 
 	// Prices is the price profile rewrites are decided by (see Prices.Expected): a rewrite
@@ -87,8 +88,11 @@ type Config struct {
 	// by a later read of the same range.
 	ReadTools []ReadTool
 	// RequestedReadCap is the ingestion cap in bytes for results the agent requested as file
-	// reads (see ReadTools); they age out by the cost model like the others. Default: four
-	// times ToolResultCap, at most the window in bytes (a quarter of it in tokens).
+	// reads (see ReadTools); they age out by the cost model like the others. Such a result
+	// keeps at most what fits under the compaction threshold beside the conversation's own
+	// messages (the whole history with every tool result counted as a mask stub), and never
+	// less than ToolResultCap: at a small window a page read early in a run stays whole, one
+	// read late is cut. Default: four times ToolResultCap.
 	RequestedReadCap int
 	// DisableRequestedReadCap gives requested reads the ordinary ToolResultCap.
 	DisableRequestedReadCap bool
@@ -191,7 +195,7 @@ func (c Config) WithDefaults() Config {
 		c.Prices = PricesAnthropic
 	}
 	if c.RequestedReadCap == 0 && c.ToolResultCap > 0 && !c.DisableOffload && !c.DisableRequestedReadCap {
-		c.RequestedReadCap = min(4*c.ToolResultCap, c.Budget.Window)
+		c.RequestedReadCap = 4 * c.ToolResultCap
 	}
 	if c.MaskKeep == 0 && c.Seed.MaskProtectTokens == 0 && !c.DisableMasking {
 		c.MaskKeep = 10 // with MaskProtectTokens set, 0 means what it says: tokens alone protect

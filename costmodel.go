@@ -39,18 +39,22 @@ func (p Prices) validate() error {
 // (superseding, age-out, masking).
 //
 // A rewrite at some position of a request the provider has cached changes the prefix from
-// there on: on the next call the tokens after the change point (after: everything sent after
-// the first rewritten message, the rewritten messages included, in their new form) are billed
-// uncached instead of cached, a one-off miss of after*(Uncached-Cached). In exchange every later
-// call sends saved fewer tokens, which would have been cached: saved*Cached per call. How many
-// calls are still to come is unknown; by the Copernican argument (the present call is at a
-// uniformly random point of the run), more than a third of the calls made so far remain with
-// probability 3/4, so the estimate is max(1, calls/3), and a rewrite that pays under it pays
-// off at least 3 times in 4.
+// there on: on the next call the tokens after the change point that the previous call sent
+// (after: from the first rewritten message, in its new form, up to the previous call's reply;
+// the reply and what follows it are new and billed uncached whether or not the rewrite is
+// made) are billed uncached instead of cached, a one-off miss of after*(Uncached-Cached). In
+// exchange every later call sends saved fewer tokens, which would have been cached:
+// saved*Cached per call. How many calls are still to come is unknown; by the Copernican
+// argument (the present call is at a uniformly random point of the run), more than a third of
+// the calls made so far remain with probability 3/4, so the estimate is calls/3, and a rewrite
+// that pays under it pays off at least 3 times in 4. Early in a run that estimate says less
+// than the run is known to hold: an agent in its tool loop makes a few more calls, so it is at
+// least 3 (on the tuning runs, a floor of 1 left the first pages of a long read whole, then
+// deep in the prefix, for the whole run).
 //
 // Expected returns the expected net saving in base-price tokens (positive: the rewrite pays):
 //
-//	max(1, calls/3) * saved * Cached  -  after * (Uncached - Cached)
+//	max(3, calls/3) * saved * Cached  -  after * (Uncached - Cached)
 //
 // Summarizing is not decided here: it runs only under window pressure (the threshold), where
 // the request must shrink whatever the cache says, and it costs an LLM call besides. The
@@ -60,7 +64,7 @@ func (p Prices) Expected(saved, after, calls int) float64 {
 	if saved <= 0 {
 		return -float64(after) * (p.Uncached - p.Cached)
 	}
-	remaining := max(1, float64(calls)/3)
+	remaining := max(3, float64(calls)/3)
 	return remaining*float64(saved)*p.Cached - float64(after)*(p.Uncached-p.Cached)
 }
 

@@ -23,9 +23,13 @@ func TestPricesExpected(t *testing.T) {
 	if !p.Pays(1000, 5000, 300) {
 		t.Fatal("after 300 calls, a 1000-token saving with a 5000-token tail does not pay")
 	}
-	// At least one call is expected even at the start.
-	if got := p.Expected(100, 0, 0); got != 100*0.1 {
+	// At least three calls are expected even at the start: a rewrite saving 1000 tokens a
+	// call with a 200-token tail pays on the first call.
+	if got := p.Expected(100, 0, 0); got != 3*100*0.1 {
 		t.Fatalf("Expected(100, 0, 0) = %v", got)
+	}
+	if !p.Pays(1000, 200, 1) {
+		t.Fatal("early in a run, a rewrite saving 1000 tokens with a 200-token tail does not pay")
 	}
 	if p.Pays(0, 0, 100) || p.Pays(-5, 0, 100) {
 		t.Fatal("a rewrite saving nothing pays")

@@ -7,8 +7,21 @@ import "context"
 // RecentToolResults newest, in one batch, so that the conversation's own messages (the task,
 // what the assistant said and quoted) stay verbatim rather than being folded into a summary.
 // Masking loses nothing (the results stay in the store under their references) and costs no
-// LLM call; the summary runs after it only if the request is still over the trigger.
+// LLM call. If the request is still over the trigger, every result but the newest is masked
+// (the one the assistant is answering); the summary runs after that only if the request is
+// still over the trigger.
 func (s *Session) maskBeforeSummary(ctx context.Context, rep *Report) error {
+	if err := s.maskAllBut(ctx, s.m.cfg.RecentToolResults, rep); err != nil {
+		return err
+	}
+	if s.m.cfg.RecentToolResults > 1 && s.overTrigger() {
+		return s.maskAllBut(ctx, 1, rep)
+	}
+	return nil
+}
+
+// maskAllBut masks, in one batch, every live tool result but the keep newest.
+func (s *Session) maskAllBut(ctx context.Context, keep int, rep *Report) error {
 	cfg := &s.m.cfg
 	const stubTokens = 60
 	var picked []int
@@ -21,7 +34,7 @@ func (s *Session) maskBeforeSummary(ctx context.Context, rep *Report) error {
 		r := rank
 		rank++
 		e := &s.entries[i]
-		if r < cfg.RecentToolResults || e.exempt || i == s.pinned || e.tokens < 2*stubTokens ||
+		if r < keep || e.exempt || i == s.pinned || e.tokens < 2*stubTokens ||
 			(e.kind != viewOriginal && e.kind != viewOffloaded && e.kind != viewRetruncated) {
 			continue
 		}

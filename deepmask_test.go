@@ -53,3 +53,38 @@ func TestMaskBeforeSummary(t *testing.T) {
 		t.Fatal("messages evicted, or the newest result not whole")
 	}
 }
+
+// When masking all but the RecentToolResults newest is not enough, all but the newest one
+// are masked before any summary: a summary would evict what the assistant said and quoted.
+func TestMaskBeforeSummaryKeepsOnlyNewest(t *testing.T) {
+	ctx := context.Background()
+	var events []Event
+	cfg := Config{Counter: tokens.NewRatio(tokens.RatioOptions{PerToken: 4}), DisableOffload: true, MaskBeforeSummary: true,
+		RecentToolResults: 2, Summarizer: &fakeSummarizer{}, OnEvent: func(e Event) { events = append(events, e) }}
+	cfg.Budget.Window, cfg.Budget.MaxOutput, cfg.Budget.Threshold = 20000, 1000, 0.6
+	_, s := testManager(t, cfg)
+	appendAll(t, s, chat.TextMessage(chat.RoleUser, "go"))
+	// Two results of ~5,000 tokens each: together over the ~11,000-token trigger with the
+	// messages before them, one alone under it.
+	for i := 0; i < 2; i++ {
+		id := fmt.Sprintf("c%d", i)
+		appendAll(t, s, chat.Message{Role: chat.RoleAssistant, Content: []chat.Part{{Type: chat.PartText, Text: fmt.Sprintf("quote_%d noted", i)}},
+			ToolCalls: []chat.ToolCall{{ID: id, Name: "bash", Arguments: fmt.Sprintf(`{"command":"cat part%d"}`, i)}}},
+			chat.ToolResult(id, "bash", lines(1300, "output line "+id), false))
+	}
+	p, err := s.Prepare(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events {
+		if e.Step == StepSummarize {
+			t.Fatalf("summarized: %+v", events)
+		}
+	}
+	if p.Report.Evicted != 0 || p.Request.Messages[len(p.Request.Messages)-1].Text() != lines(1300, "output line c1") {
+		t.Fatal("messages evicted, or the newest result not whole")
+	}
+	if k := viewKindAt(s, 2); k != viewMasked {
+		t.Fatalf("second newest result not masked: %v", k)
+	}
+}

@@ -51,16 +51,17 @@ func preset(name string, window, maxOutput int) (Config, error) {
 		// ingestion, once, so the prefix never changes because of them, keeping head, tail
 		// and the notable lines between; results the agent asked for as file reads or
 		// searches (Read with offset/limit, read_file, view, cat, sed -n, Grep) keep up to
-		// 40,000 bytes (at most the window in bytes) while recent. Every rewrite of history
-		// already sent is a prompt-cache miss, so each is made only when the cost model
-		// (Prices.Expected) says it pays, in batches: results a later one shows again
-		// become references to it (no recall lost), results older than the 2 newest are cut
-		// to 3,000 bytes keeping the lines that hold identifiers in play, results older than
-		// the 30 newest are masked. Over the threshold (85%) compaction runs in large
-		// batches: masking beyond the 10 newest when it frees 5% of the window, then, if
-		// still over, masking all but the 2 newest (the conversation's own messages stay
-		// verbatim), and only then summaries down to a 20% reserve, cut between tool
-		// iterations when one turn is the whole run.
+		// 40,000 bytes while recent, as far as they fit under the threshold beside the
+		// conversation's own messages. Every rewrite of history already sent is a
+		// prompt-cache miss, so each is made only when the cost model (Prices.Expected) says
+		// it pays, in batches: results a later one shows again become references to it (no
+		// recall lost), results older than the 2 newest (and pages of a document read past)
+		// are cut to 3,000 bytes keeping the lines that hold identifiers in play, results
+		// older than the 30 newest are masked. Over the threshold (85%) compaction runs in
+		// large batches: masking beyond the 10 newest when it frees 5% of the window, then,
+		// if still over, masking all but the 2 newest, then all but the newest (the
+		// conversation's own messages stay verbatim), and only then summaries down to a 20%
+		// reserve, cut between tool iterations when one turn is the whole run.
 		// The summary may use 6% of the window (at least 1000 tokens): it is what remains
 		// of everything evicted, so it is worth more than its share of a call.
 		w.Threshold, w.Reserve = 0.85, 0.20

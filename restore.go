@@ -98,10 +98,14 @@ func (m *Manager) LoadSession(ctx context.Context, id string, system []chat.Mess
 		e := &s.entries[i]
 		e.orig = msgs[i]
 		e.view = e.orig
-		if e.orig.Role == chat.RoleTool {
+		if e.orig.Role != chat.RoleTool {
+			s.ownTokens += cfg.Counter.Message(&e.orig)
+		} else {
 			e.size = textBytes(&e.orig)
 			e.exempt = slices.Contains(cfg.ExemptTools, e.orig.Name)
-			if capB := s.ingestCap(e, nil); capB > 0 && e.size > capB {
+			capB := s.ingestCap(e, nil, s.ownTokens)
+			s.ownTokens += stubTokens
+			if capB > 0 && e.size > capB {
 				off, err := s.offload(ctx, i, e)
 				if err != nil {
 					return nil, err

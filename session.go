@@ -68,8 +68,12 @@ type Session struct {
 	lastUser   int // index of the latest user message (-1: none)
 	assistants int // assistant messages appended: the LLM calls made so far
 	histTokens int // tokens of the history sent: entries[start:] and the pinned message
-	open       map[string]int
-	results    []int // indices of tool-result entries, ascending
+	// ownTokens is the tokens of the whole history (evicted messages included) with every
+	// tool result counted as a mask stub: the conversation's own messages, which compaction
+	// keeps verbatim before it summarizes (see roomBytes).
+	ownTokens int
+	open      map[string]int
+	results   []int // indices of tool-result entries, ascending
 	// unsettled holds the indices into results of the tool results that may still become an
 	// age-out or masking candidate, ascending: a result leaves it for good once its view can
 	// no longer shrink (ageCandidates), so a call looks at those, not at every result.
@@ -262,14 +266,19 @@ func (s *Session) appendLocked(ctx context.Context, msgs []chat.Message, write b
 	}
 	cfg := &s.m.cfg
 	news := make([]entry, len(msgs))
+	own := s.ownTokens
 	for i := range msgs {
 		e := &news[i]
 		e.orig = msgs[i].Clone()
 		e.view = e.orig
-		if e.orig.Role == chat.RoleTool {
+		if e.orig.Role != chat.RoleTool {
+			own += cfg.Counter.Message(&e.orig)
+		} else {
 			e.size = textBytes(&e.orig)
 			e.exempt = slices.Contains(cfg.ExemptTools, e.orig.Name)
-			if capB := s.ingestCap(e, msgs[:i]); capB > 0 && e.size > capB {
+			capB := s.ingestCap(e, msgs[:i], own)
+			own += stubTokens
+			if capB > 0 && e.size > capB {
 				off, err := s.offload(ctx, base+i, e)
 				if err != nil {
 					return err
@@ -315,6 +324,7 @@ func (s *Session) appendLocked(ctx context.Context, msgs []chat.Message, write b
 		s.histTokens += e.tokens
 	}
 	s.entries = append(s.entries, news...)
+	s.ownTokens = own
 	s.recoveries = 0
 	return nil
 }

@@ -21,12 +21,13 @@ import (
 
 // supState is what superseding knows of a session, built incrementally from its entries.
 type supState struct {
-	scanned int                   // entries[:scanned] are classified
-	calls   map[string]toolAction // actions of calls whose results have not come yet
-	actions map[int]toolAction    // tool result position -> what it shows
-	byKey   map[string][]int      // key -> positions of results no later one covers yet
-	by      map[int]int           // position -> the later position that shows it again
-	terms   map[string]bool       // identifiers in play (inplay.go)
+	scanned  int                   // entries[:scanned] are classified
+	calls    map[string]toolAction // actions of calls whose results have not come yet
+	actions  map[int]toolAction    // tool result position -> what it shows
+	byKey    map[string][]int      // key -> positions of results no later one covers yet
+	by       map[int]int           // position -> the later position that shows it again
+	terms    map[string]bool       // identifiers in play (inplay.go)
+	lastRead map[string]int        // file -> position of its latest read
 }
 
 // scan classifies the entries appended since the last scan and records which earlier
@@ -64,6 +65,12 @@ func (st *supState) scan(s *Session) {
 			a.key = fmt.Sprintf("%s#%x", a.key, h.Sum64())
 		}
 		st.actions[i] = a
+		if a.kind == actRead {
+			if st.lastRead == nil {
+				st.lastRead = map[string]int{}
+			}
+			st.lastRead[a.key] = i
+		}
 		kept := st.byKey[a.key][:0]
 		for _, j := range st.byKey[a.key] {
 			if st.actions[j].coveredBy(a) {
@@ -121,6 +128,12 @@ func (s *Session) ageCandidates(cands []rewriteCandidate) []rewriteCandidate {
 		}
 		keep = append(keep, k)
 		r := len(s.results) - 1 - k // how many newer results there are
+		if a, ok := s.sup.actions[i]; ok && a.ranged() && s.sup.lastRead[a.key] > i {
+			// A range of a file that a later read of the same file follows: the agent has
+			// paged past it (and quoted what it needed: its messages stay verbatim). It
+			// ages out like an older result, while its tail is still short.
+			r = max(r, cfg.RecentToolResults)
+		}
 		if taken[i] || i == s.pinned {
 			continue
 		}
@@ -189,11 +202,41 @@ func (s *Session) supersedeCandidates() []rewriteCandidate {
 func (s *Session) applyBatch(ctx context.Context, cands []rewriteCandidate, rep *Report) error {
 	cfg := &s.m.cfg
 	slices.SortFunc(cands, func(a, b rewriteCandidate) int { return a.pos - b.pos })
-	// tail[k] is the tokens sent from position cands[k].pos on.
+	// tail[k] is the tokens from position cands[k].pos on that the previous call sent (a
+	// cache would serve them), up to the latest assistant message: that message is the
+	// previous call's reply, and it and what follows it are new, billed uncached whether
+	// the batch is made or not, so they are no part of the miss it causes.
+	sentEnd := s.start
+	for i := len(s.entries) - 1; i >= s.start; i-- {
+		if s.entries[i].orig.Role == chat.RoleAssistant {
+			sentEnd = i
+			break
+		}
+	}
+	// A result of that tail still among the newest, due to age out on a coming call, is
+	// missed twice if the batch is made now: now, and again when it ages out. What its own
+	// age-out will remove is counted a second time, so that such a batch waits for it.
+	isCand := make(map[int]bool, len(cands))
+	for _, c := range cands {
+		isCand[c.pos] = true
+	}
+	due := map[int]int{}
+	if cfg.AgeOut && cfg.OldToolResultCap > 0 {
+		for k := len(s.results) - 1; k >= 0 && len(s.results)-1-k < cfg.RecentToolResults; k-- {
+			i := s.results[k]
+			e := &s.entries[i]
+			if i < s.start || i >= sentEnd || isCand[i] || e.exempt || e.size <= cfg.OldToolResultCap || (e.kind != viewOriginal && e.kind != viewOffloaded) {
+				continue
+			}
+			due[i] = e.tokens - e.tokens*cfg.OldToolResultCap/max(1, textBytes(&e.view))
+		}
+	}
 	tails := make(map[int]int, len(cands))
 	sum, k := 0, len(cands)-1
 	for i := len(s.entries) - 1; i >= s.start && k >= 0; i-- {
-		sum += s.entries[i].tokens
+		if i < sentEnd {
+			sum += s.entries[i].tokens + due[i]
+		}
 		if i == cands[k].pos {
 			tails[i] = sum
 			k--

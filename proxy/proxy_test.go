@@ -403,7 +403,9 @@ func TestRestart(t *testing.T) {
 		// An OpenAI model: counted exactly. (A model counted by the calibrated heuristic learns
 		// its ratio again after a restart, so its decisions may differ until it has.)
 		a := newOpenAIAgent(e.px.URL, bigOutput(1500), ooption.WithHeader(SessionHeader, "restart"))
-		for i := 0; i < 30; i++ {
+		// 40 turns: compaction masks down to the newest result before it summarizes, so the
+		// first summary comes after 30.
+		for i := 0; i < 40; i++ {
 			if _, err := a.turn(ctx, fmt.Sprintf("turn %d: build", i), false); err != nil {
 				t.Fatal(err)
 			}

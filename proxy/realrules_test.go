@@ -37,7 +37,8 @@ func jsonString(s string) string {
 // The real API refuses a fifth breakpoint; the proxy used to forward 2, 3, 4, 5.
 func TestAnthropicBreakpointsDoNotPileUp(t *testing.T) {
 	e := newEnv(t, fakeupstream.Options{KeepBodies: true}, Config{Window: 16000})
-	big := strings.Repeat("line of a large tool output 0123456789\n", 24000/39)
+	// 48 KB: above the cap of a read (cat) even when it would fit the window.
+	big := strings.Repeat("line of a large tool output 0123456789\n", 48000/39)
 	cc := `,"cache_control":{"type":"ephemeral"}`
 	sys := `"system":[{"type":"text","text":"You are a coding agent."` + cc + `}]`
 	tools := `"tools":[{"name":"bash","description":"run","input_schema":{"type":"object","properties":{"cmd":{"type":"string"}}}}]`

@@ -19,7 +19,7 @@ func TestWriteTextReadable(t *testing.T) {
 		wantNote       bool
 	}{
 		{"default window: nothing compacts", 200000, 32000, true},
-		{"small window", 12000, 1024, false},
+		{"small window", 8000, 1024, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res, err := Run(context.Background(), trajs, Options{Window: tc.window, MaxOutput: tc.output, Counter: measuring(t)})

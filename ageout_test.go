@@ -1,0 +1,170 @@
+package ctxmgr
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/store"
+)
+
+// smallCalls appends n small tool iterations, preparing a request before each, so that the
+// cost model expects calls to come.
+func smallCalls(t *testing.T, s *Session, prefix string, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		if _, err := s.Prepare(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		id := fmt.Sprintf("%s%d", prefix, i)
+		appendAll(t, s, chat.Message{Role: chat.RoleAssistant, ToolCalls: []chat.ToolCall{{ID: id, Name: "bash", Arguments: fmt.Sprintf(`{"command":"echo %d"}`, i)}}}, chat.ToolResult(id, "bash", "ok", false))
+	}
+}
+
+func viewKindAt(s *Session, i int) viewKind {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.entries[i].kind
+}
+
+// The miss a rewrite causes counts only what the previous call sent after its change point:
+// the latest assistant message and the results after it are new, billed uncached whether the
+// rewrite is made or not. A result that has just left the newest, followed only by new
+// messages, ages out at once, however large the new result after it is.
+func TestAgeOutMissCountsSentTokensOnly(t *testing.T) {
+	ctx := context.Background()
+	_, s := testManager(t, Config{ToolResultCap: 100000, AgeOut: true, OldToolResultCap: 1000, RecentToolResults: 1})
+	appendAll(t, s, chat.TextMessage(chat.RoleUser, "go"))
+	smallCalls(t, s, "w", 30)
+	at := len(s.entries) + 1
+	appendAll(t, s, call("x"), chat.ToolResult("x", "bash", lines(400, "first output line"), false)) // ~2,400 tokens
+	if _, err := s.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A much larger new result: the old miss (the whole tail, new tokens included) would not
+	// pay; the miss of what was sent (the aged result alone) does.
+	appendAll(t, s, call("y"), chat.ToolResult("y", "bash", lines(3000, "second output line"), false))
+	if _, err := s.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if k := viewKindAt(s, at); k != viewRetruncated {
+		t.Fatalf("result followed only by new messages not aged out: %v", k)
+	}
+}
+
+// A batch waits for a result of its tail that is due to age out: made now, the batch would
+// re-send that result's full text as a miss, and again when it ages out a call later.
+func TestAgeOutWaitsForDueResult(t *testing.T) {
+	ctx := context.Background()
+	_, s := testManager(t, Config{ToolResultCap: 100000, AgeOut: true, OldToolResultCap: 1000, RecentToolResults: 2})
+	appendAll(t, s, chat.TextMessage(chat.RoleUser, "go"))
+	smallCalls(t, s, "w", 30)
+	x := len(s.entries) + 1
+	// ~12,000 tokens: alone, its age-out pays against the ~7,800 sent after it.
+	appendAll(t, s, call("x"), chat.ToolResult("x", "bash", lines(1900, "first output line"), false))
+	if _, err := s.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	appendAll(t, s, call("y"), chat.ToolResult("y", "bash", lines(1200, "second output line"), false))
+	if _, err := s.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	y := len(s.entries) - 1
+	// x leaves the two newest; y, sent last call and due next, sits after it.
+	appendAll(t, s, call("z"), chat.ToolResult("z", "bash", "ok", false))
+	if _, err := s.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if k := viewKindAt(s, x); k != viewOriginal {
+		t.Fatalf("aged out before the result due after it: %v", k)
+	}
+	// A call later both age out, in one batch.
+	appendAll(t, s, call("v"), chat.ToolResult("v", "bash", "ok", false))
+	p, err := s.Prepare(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kx, ky := viewKindAt(s, x), viewKindAt(s, y); kx != viewRetruncated || ky != viewRetruncated {
+		t.Fatalf("not aged out together: %v %v; steps %+v", kx, ky, p.Report.Steps)
+	}
+}
+
+// Paging through a document: a ranged read that a later read of the same file follows has
+// been paged past, and ages out like an older result even while it is among the newest, so
+// that the pages read before stay small.
+func TestPagedReadAgesOut(t *testing.T) {
+	ctx := context.Background()
+	_, s := testManager(t, Config{ToolResultCap: 100000, AgeOut: true, OldToolResultCap: 1000, RecentToolResults: 2})
+	appendAll(t, s, chat.TextMessage(chat.RoleUser, "quote /doc.md"))
+	smallCalls(t, s, "w", 9)
+	first := len(s.entries) + 1
+	appendAll(t, s, readCall("p1", "/doc.md", 1, 300), chat.ToolResult("p1", "Read", lines(300, "The config_option option (default 1) controls"), false))
+	if _, err := s.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	appendAll(t, s, readCall("p2", "/doc.md", 301, 300), chat.ToolResult("p2", "Read", lines(300, "The other_option option (default 2) controls"), false))
+	if _, err := s.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if k := viewKindAt(s, first); k != viewRetruncated {
+		t.Fatalf("page read past not aged out: %v", k)
+	}
+	if k := viewKindAt(s, first+2); k != viewOriginal {
+		t.Fatalf("newest page aged out: %v", k)
+	}
+}
+
+// A requested read keeps, at ingestion, what fits under the compaction threshold beside the
+// conversation's own messages (at most RequestedReadCap): at a 16K window a 21 KB page is
+// kept whole at the start of a run (more than the window in bytes), and capped once the
+// conversation fills the room. A restored session caps the same results.
+func TestRequestedReadCapFromRoom(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory()
+	cfg := Config{Store: st, ToolResultCap: 10000}
+	cfg.Budget.Window, cfg.Budget.MaxOutput = 16384, 2048
+	_, s := testManager(t, cfg)
+	page := lines(700, "The x_y option (default 1)") // ~21 KB, ~7,700 tokens
+	appendAll(t, s, chat.TextMessage(chat.RoleUser, "quote /doc.md"), readCall("p1", "/doc.md", 1, 1000), chat.ToolResult("p1", "Read", page, false))
+	if k := viewKindAt(s, 2); k != viewOriginal {
+		t.Fatalf("page that fits capped at ingestion: %v", k)
+	}
+	// The assistant's own messages fill the room.
+	for i := 0; i < 40; i++ {
+		appendAll(t, s, chat.TextMessage(chat.RoleAssistant, lines(40, fmt.Sprintf("quote_%d of the page", i))), chat.TextMessage(chat.RoleUser, "go on"))
+	}
+	appendAll(t, s, readCall("p2", "/doc.md", 1001, 1000), chat.ToolResult("p2", "Read", page, false))
+	last := len(s.entries) - 1
+	s.mu.Lock()
+	size := textBytes(&s.entries[last].view)
+	s.mu.Unlock()
+	if k := viewKindAt(s, last); k != viewOffloaded || size > 11000 {
+		t.Fatalf("page with no room left: %v, %d bytes", k, size)
+	}
+	p, err := s.Prepare(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2, err := New(Config{Store: st, ToolResultCap: 10000, Budget: cfg.Budget, Logger: discardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Close()
+	s2, err := m2.LoadSession(ctx, s.ID(), []chat.Message{chat.TextMessage(chat.RoleSystem, "sys")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := s2.Prepare(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p2.Request.Messages) != len(p.Request.Messages) {
+		t.Fatal("restored session sends another request")
+	}
+	for i := range p.Request.Messages {
+		if p2.Request.Messages[i].Text() != p.Request.Messages[i].Text() {
+			t.Fatalf("restored session sends another message %d", i)
+		}
+	}
+}
