@@ -272,7 +272,8 @@ func (s *Session) appendLocked(ctx context.Context, msgs []chat.Message, write b
 		e.orig = msgs[i].Clone()
 		e.view = e.orig
 		if e.orig.Role != chat.RoleTool {
-			own += cfg.Counter.Message(&e.orig)
+			e.tokens = cfg.Counter.Message(&e.orig) // its view is the original: counted once
+			own += e.tokens
 		} else {
 			e.size = textBytes(&e.orig)
 			e.exempt = slices.Contains(cfg.ExemptTools, e.orig.Name)
@@ -300,7 +301,9 @@ func (s *Session) appendLocked(ctx context.Context, msgs []chat.Message, write b
 	}
 	for i := range news {
 		e := &news[i]
-		e.tokens = cfg.Counter.Message(&e.view)
+		if e.orig.Role == chat.RoleTool {
+			e.tokens = cfg.Counter.Message(&e.view)
+		}
 		if e.orig.Role == chat.RoleTool {
 			s.unsettled = append(s.unsettled, len(s.results))
 			s.results = append(s.results, base+i)
