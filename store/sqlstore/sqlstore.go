@@ -379,8 +379,8 @@ func (s *Store) readBodies(ctx context.Context, session string, from, to int) ([
 	}
 	defer rows.Close()
 	out := []chat.Message{}
+	var body sql.RawBytes // decoded before the next row: no copy of every body
 	for rows.Next() {
-		var body []byte
 		if err := rows.Scan(&body); err != nil {
 			return nil, err
 		}
@@ -552,9 +552,9 @@ func (s *Store) readArchived(ctx context.Context, session string, from, to int) 
 	}
 	defer rows.Close()
 	out := []store.Archived{}
+	var body sql.RawBytes // decoded before the next row
 	for rows.Next() {
 		var a store.Archived
-		var body []byte
 		if err := rows.Scan(&a.Pos, &body); err != nil {
 			return nil, err
 		}
