@@ -13,7 +13,9 @@ import (
 )
 
 // Config configures a Manager. The zero value of every field means its documented default;
-// call WithDefaults to see them filled, and Validate (New does both).
+// call WithDefaults to see them filled, and Validate (New does both). A Config that already has
+// its defaults (from WithDefaults or Preset) keeps every tuning value it holds, zeros
+// included: a zero set in it then means zero.
 type Config struct {
 	// Budget is the window: size, reply reserve, thresholds, reserved recent history, safety
 	// margin. Defaults: budget.DefaultWindow (200000 tokens, 32000 output, threshold 0.80, soft
@@ -41,8 +43,8 @@ type Config struct {
 	KeepOffloads bool
 
 	// Masking replaces old tool results by one-line stubs. MaskKeep is how many of the newest
-	// tool results are never masked (default 10; 0 means the default unless
-	// Seed.MaskProtectTokens is set, when the newest tokens alone protect: BaseAgent's rule).
+	// tool results are never masked (default 10; BaseAgent's preset sets 0, so that the
+	// newest Seed.MaskProtectTokens tokens alone protect).
 	// MaskMinSaving: mask only when that frees at least this many tokens, so that the prefix
 	// changes rarely (default 5% of the window).
 	MaskKeep      int
@@ -127,6 +129,10 @@ type Config struct {
 	Logger *slog.Logger
 	// OnEvent, if set, is called synchronously with every event.
 	OnEvent func(Event)
+
+	// tuned: the tuning values have their defaults (tuningDefaults ran), so a zero among them
+	// is meant, not unset.
+	tuned bool
 }
 
 // SeedRules are the rules of the systems the seed presets reproduce (CoPaw, QwenPaw,
@@ -169,7 +175,12 @@ func configErr(field, format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
 }
 
-// WithDefaults returns c with every zero field set to its documented default.
+// WithDefaults returns c with every zero field set to its documented default. The tuning
+// values (caps, retention, masking, summary size, recoveries) are defaulted once: in a Config
+// that already has its defaults (from WithDefaults or Preset) they stay as they are, zeros
+// included. Budget fields, Prices (what the provider charges, which callers set after Preset)
+// and the components (Counter, Summarizer, Store, Now, Logger) are filled whenever they are
+// zero or nil.
 func (c Config) WithDefaults() Config {
 	exactDefault := c.Counter == nil
 	if c.Counter == nil {
@@ -182,32 +193,11 @@ func (c Config) WithDefaults() Config {
 		c.Budget.SafetyMargin = budget.ZeroRatio
 	}
 	c.Budget = c.Budget.WithDefaults()
-	if c.ToolResultCap == 0 && !c.DisableOffload {
-		c.ToolResultCap = 50000
-	}
-	if c.RecentToolResults == 0 {
-		c.RecentToolResults = 2
-	}
-	if c.OffloadRetention == 0 && !c.KeepOffloads {
-		c.OffloadRetention = 5 * 24 * time.Hour
+	if !c.tuned {
+		c = c.tuningDefaults()
 	}
 	if c.Prices == (Prices{}) {
 		c.Prices = PricesAnthropic
-	}
-	if c.RequestedReadCap == 0 && c.ToolResultCap > 0 && !c.DisableOffload && !c.DisableRequestedReadCap {
-		c.RequestedReadCap = 4 * c.ToolResultCap
-	}
-	if c.MaskKeep == 0 && c.Seed.MaskProtectTokens == 0 && !c.DisableMasking {
-		c.MaskKeep = 10 // with MaskProtectTokens set, 0 means what it says: tokens alone protect
-	}
-	if c.MaskMinSaving == 0 && !c.DisableMaskMinSaving {
-		c.MaskMinSaving = c.Budget.Window / 20
-	}
-	if c.SummaryTokens == 0 {
-		c.SummaryTokens = max(1000, c.Budget.Window/25)
-	}
-	if c.MaxRecoveries == 0 {
-		c.MaxRecoveries = 3
 	}
 	if c.Store == nil {
 		c.Store = store.NewMemory()
@@ -218,6 +208,40 @@ func (c Config) WithDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	return c
+}
+
+// tuningDefaults sets the zero tuning values of c to their defaults, as its switches
+// (DisableOffload, KeepOffloads, DisableRequestedReadCap, DisableMasking,
+// DisableMaskMinSaving) allow, and marks c as having its defaults. Window-relative defaults
+// use the window as Budget's defaults make it.
+func (c Config) tuningDefaults() Config {
+	window := c.Budget.WithDefaults().Window
+	if c.ToolResultCap == 0 && !c.DisableOffload {
+		c.ToolResultCap = 50000
+	}
+	if c.RecentToolResults == 0 {
+		c.RecentToolResults = 2
+	}
+	if c.OffloadRetention == 0 && !c.KeepOffloads {
+		c.OffloadRetention = 5 * 24 * time.Hour
+	}
+	if c.RequestedReadCap == 0 && c.ToolResultCap > 0 && !c.DisableOffload && !c.DisableRequestedReadCap {
+		c.RequestedReadCap = 4 * c.ToolResultCap
+	}
+	if c.MaskKeep == 0 && !c.DisableMasking {
+		c.MaskKeep = 10
+	}
+	if c.MaskMinSaving == 0 && !c.DisableMaskMinSaving {
+		c.MaskMinSaving = window / 20
+	}
+	if c.SummaryTokens == 0 {
+		c.SummaryTokens = max(1000, window/25)
+	}
+	if c.MaxRecoveries == 0 {
+		c.MaxRecoveries = 3
+	}
+	c.tuned = true
 	return c
 }
 

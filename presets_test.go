@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ctxmgr/ctxmgr/chat"
 	"github.com/ctxmgr/ctxmgr/store"
@@ -284,5 +285,55 @@ func TestConfigSwitches(t *testing.T) {
 	}
 	if p.Request.Messages[2].Text() != big {
 		t.Fatal("DisableOffload: the result was capped")
+	}
+}
+
+// Preset applies the defaults first and its own values last: the Config it returns already
+// has every tuning default, so New changes none of its tuning values (a zero it sets, such as
+// BaseAgent's MaskKeep, stays zero), and WithDefaults has no rule for presets.
+func TestPresetDefaultsFirst(t *testing.T) {
+	type tuning struct {
+		ToolResultCap, RequestedReadCap, OldToolResultCap, RecentToolResults int
+		MaskKeep, MaskMinSaving, SummaryTokens, MaxRecoveries, CostMaskKeep  int
+		OffloadRetention                                                     time.Duration
+	}
+	of := func(c Config) tuning {
+		return tuning{c.ToolResultCap, c.RequestedReadCap, c.OldToolResultCap, c.RecentToolResults,
+			c.MaskKeep, c.MaskMinSaving, c.SummaryTokens, c.MaxRecoveries, c.CostMaskKeep, c.OffloadRetention}
+	}
+	for _, name := range Presets() {
+		cfg, err := Preset(name, 200000, 32000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.MaxRecoveries != 3 || cfg.SummaryTokens == 0 {
+			t.Errorf("%s: defaults not applied first: %+v", name, of(cfg))
+		}
+		if got, want := of(cfg.WithDefaults()), of(cfg); got != want {
+			t.Errorf("%s: WithDefaults changed the preset's tuning: %+v, want %+v", name, got, want)
+		}
+	}
+	base, err := Preset(PresetBaseAgent, 200000, 32000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if base.MaskKeep != 0 || base.WithDefaults().MaskKeep != 0 || base.Seed.MaskProtectTokens != 40000 {
+		t.Errorf("baseagent: MaskKeep %d (after WithDefaults %d), MaskProtectTokens %d; want 0, 0, 40000",
+			base.MaskKeep, base.WithDefaults().MaskKeep, base.Seed.MaskProtectTokens)
+	}
+	// Without a preset, a zero MaskKeep is the default, MaskProtectTokens or not; in a Config
+	// that has its defaults, a zero set afterwards is meant.
+	plain := Config{Seed: SeedRules{MaskProtectTokens: 40000}}.WithDefaults()
+	if plain.MaskKeep != 10 {
+		t.Errorf("a plain Config with MaskProtectTokens: MaskKeep %d, want the default 10", plain.MaskKeep)
+	}
+	plain.MaskKeep = 0
+	if got := plain.WithDefaults().MaskKeep; got != 0 {
+		t.Errorf("a zero set in a defaulted Config became %d", got)
+	}
+	// Prices are not tuning: the caller sets them after Preset (replay's --profile), and New
+	// fills them if it does not.
+	if base.Prices != (Prices{}) || base.WithDefaults().Prices != PricesAnthropic {
+		t.Errorf("Prices: %+v from Preset, %+v after WithDefaults", base.Prices, base.WithDefaults().Prices)
 	}
 }

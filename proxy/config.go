@@ -96,7 +96,9 @@ type Config struct {
 	DecodeCacheBytes int
 	// Tune, if set, adjusts each Manager's configuration after the preset is applied: a
 	// program that embeds the proxy declares its agent's own tools there, say (see
-	// ExampleConfig_tune).
+	// ExampleConfig_tune). The configuration already has its defaults (ctxmgr.Preset): what
+	// Tune sets is used as set, zeros included, and values derived from others (such as
+	// RequestedReadCap from ToolResultCap) do not follow a change; set them too.
 	Tune func(*ctxmgr.Config)
 
 	// MaxBodyBytes bounds a request body; larger ones get 413. Default 32 MiB.

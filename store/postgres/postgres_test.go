@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -252,4 +253,41 @@ func TestNULAndInvalidUTF8(t *testing.T) {
 		t.Fatal(err)
 	}
 	storetest.EqualMessages(t, "Messages", got, storetest.RoundTrip(t, []chat.Message{m}))
+}
+
+// TestOpensV1 restores into a fresh schema the dump of a schema that the PostgreSQL store
+// wrote before package sqlstore (testdata/v1.sql, see storetest.WriteFixture) and checks that
+// the store opens it, reads back the same and takes new writes, without migrating it again.
+func TestOpensV1(t *testing.T) {
+	ctx := context.Background()
+	url := testURL(t)
+	dump, err := os.ReadFile(filepath.Join("testdata", "v1.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := newSchema(t, url)
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, strings.ReplaceAll(string(dump), "ctxmgr_v1_fixture", schema)); err != nil {
+		t.Fatalf("restore the dump: %v", err)
+	}
+	s := open0(t, url, schema, postgres.Options{Now: func() time.Time { return storetest.FixtureNow }})
+	storetest.CheckFixture(t, s)
+	var versions int
+	var applied time.Time
+	if err := conn.QueryRow(ctx, `SELECT COUNT(*), MAX(applied) FROM `+pgx.Identifier{schema, "schema_migrations"}.Sanitize()).Scan(&versions, &applied); err != nil ||
+		versions != 1 || !applied.Equal(storetest.FixtureTime.Truncate(time.Microsecond)) {
+		t.Fatalf("schema_migrations: %d rows, applied %v, %v; want the fixture's one", versions, applied, err)
+	}
+}
+
+// open0 is openSchema with the store closed when the test ends.
+func open0(t testing.TB, url, schema string, opts postgres.Options) *postgres.Store {
+	t.Helper()
+	s := openSchema(t, url, schema, opts)
+	t.Cleanup(func() { s.Close() })
+	return s
 }

@@ -176,3 +176,30 @@ func TestTwoStores(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ctxmgr.db")
 	storetest.RunTwoHandles(t, open(t, path, sqlite.Options{}), open(t, path, sqlite.Options{}))
 }
+
+// TestOpensV1 opens a database that the SQLite store wrote before package sqlstore
+// (testdata/v1.db, see storetest.WriteFixture) and checks that it reads back the same and
+// takes new writes, without migrating it again.
+func TestOpensV1(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("testdata", "v1.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "ctxmgr.db")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, path, sqlite.Options{Now: func() time.Time { return storetest.FixtureNow }})
+	storetest.CheckFixture(t, s)
+	s.Close()
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var versions int
+	var applied int64
+	if err := db.QueryRow(`SELECT COUNT(*), MAX(applied) FROM schema_migrations`).Scan(&versions, &applied); err != nil || versions != 1 || applied != storetest.FixtureTime.UnixNano() {
+		t.Fatalf("schema_migrations: %d rows, applied %d, %v; want the fixture's one", versions, applied, err)
+	}
+}
