@@ -50,6 +50,8 @@ type Server struct {
 	lru      *list.List
 
 	decodes *decodeCache
+	// bodyPool keeps the buffers forwarded bodies are encoded into (bodies.go).
+	bodyPool sync.Pool
 
 	closed atomic.Bool
 }
@@ -343,6 +345,8 @@ type exchange struct {
 	flush    chan error
 	flushed  bool
 	flushErr error
+
+	bodies []*sentBody // encoded into reused buffers (bodies.go)
 }
 
 // startFlush writes the messages the request added to its session (deferred by
@@ -450,6 +454,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 		return
 	}
 
+	defer x.releaseBodies()
 	defer func() { _ = x.awaitFlush() }() // whatever path returns, the write is complete
 	out, info, err := s.manage(r.Context(), x)
 	x.startFlush()
@@ -711,20 +716,32 @@ type encoded struct {
 }
 
 func (x *exchange) encodeBody(out *chat.Request) ([]byte, error) {
-	if x.format == FormatAnthropic && x.ps != nil {
-		return wire.EncodeAnthropicCached(out, x.ps.blocks)
+	if x.ps == nil {
+		return wire.Encode(x.format, out)
 	}
-	if x.format == FormatResponses && x.ps != nil {
-		return wire.EncodeResponsesCached(out, x.ps.blocks)
+	b, err := x.encodeSession(out, x.bodyBuffer())
+	if err == nil {
+		x.keepBody(b)
 	}
-	if x.format != FormatOpenAI || x.ps == nil {
+	return b, err
+}
+
+// encodeSession encodes out into dst with the session's caches.
+func (x *exchange) encodeSession(out *chat.Request, dst []byte) ([]byte, error) {
+	switch x.format {
+	case FormatAnthropic:
+		return wire.AppendAnthropicCached(dst, out, x.ps.blocks)
+	case FormatResponses:
+		return wire.AppendResponsesCached(dst, out, x.ps.blocks)
+	case FormatOpenAI:
+	default:
 		return wire.Encode(x.format, out)
 	}
 	var reuse [][]byte
 	if prev := x.ps.enc.Load(); prev != nil && len(prev.msgs) > 0 && len(out.Messages) > 0 && &prev.msgs[0] == &out.Messages[0] {
 		reuse = prev.enc[:min(len(prev.enc), len(out.Messages))]
 	}
-	b, enc, err := wire.EncodeOpenAIReusing(out, reuse)
+	b, enc, err := wire.AppendOpenAIReusing(dst, out, reuse)
 	if err != nil {
 		return nil, err
 	}
@@ -734,9 +751,20 @@ func (x *exchange) encodeBody(out *chat.Request) ([]byte, error) {
 
 // send posts body upstream with the client's headers.
 func (x *exchange) send(ctx context.Context, body []byte) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, x.target, bytes.NewReader(body))
+	var rd io.Reader = bytes.NewReader(body)
+	sb := x.bodyOf(body)
+	if sb != nil {
+		rd = sb.reader() // its buffer is reused once the transport has closed it (bodies.go)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, x.target, rd)
 	if err != nil {
+		if sb != nil {
+			_ = rd.(io.Closer).Close()
+		}
 		return nil, err
+	}
+	if sb != nil {
+		req.GetBody = func() (io.ReadCloser, error) { return sb.reader(), nil }
 	}
 	copyRequestHeaders(req.Header, x.r.Header)
 	if req.Header.Get("Content-Type") == "" {

@@ -367,6 +367,12 @@ func EncodeAnthropic(r *chat.Request) ([]byte, error) {
 // and changed messages cost. A nil c encodes everything. The body is the one EncodeAnthropic
 // gives.
 func EncodeAnthropicCached(r *chat.Request, c *EncodeCache) ([]byte, error) {
+	return AppendAnthropicCached(nil, r, c)
+}
+
+// AppendAnthropicCached is EncodeAnthropicCached appending the body to dst and returning the
+// extended buffer, so that a caller sending body after body can reuse one (dst[:0]).
+func AppendAnthropicCached(dst []byte, r *chat.Request, c *EncodeCache) ([]byte, error) {
 	memo := c.begin(Anthropic)
 	defer c.end(memo)
 	top, err := withExtras(r.Wire, Anthropic, r.Extra)
@@ -428,7 +434,7 @@ func EncodeAnthropicCached(r *chat.Request, c *EncodeCache) ([]byte, error) {
 		top["tools"] = joinArray(tools)
 	}
 	// The messages are written into the body in place: one copy of a long history, not two.
-	return marshalWith(top, "messages", msgs, "model", "max_tokens", "system", "messages")
+	return appendWith(dst, top, "messages", msgs, "model", "max_tokens", "system", "messages")
 }
 
 // EncodeAnthropicMessages encodes messages as an Anthropic messages array. System messages in

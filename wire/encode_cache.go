@@ -36,6 +36,14 @@ type EncodeCache struct {
 	// encoded and hashed count the groups the last call encoded and the messages it
 	// fingerprinted: what it could not reuse (tests read them).
 	encoded, hashed int
+	// spareFps and spareGroups are the arrays of the call before the last, which the next
+	// call reuses (a long conversation's are tens of KB a call).
+	spareFps    [][2]uint64
+	spareGroups []cachedGroup
+	// byKey finds renderings by content: every group of the last call, and a bounded number
+	// of older ones (it is kept across calls and rebuilt from the last call's groups when it
+	// has grown to twice their number, so a call adds only what it rendered anew).
+	byKey map[[2]uint64][]byte
 }
 
 // cachedGroup is the rendering of msgs[i:j] under its fingerprint key.
@@ -54,7 +62,7 @@ func NewEncodeCache() *EncodeCache {
 // renders. A nil memo encodes everything.
 type encodeMemo struct {
 	c      *EncodeCache
-	byKey  map[[2]uint64][]byte // the last call's groups by key, made at the first miss
+	added  []cachedGroup // groups this call found by content or encoded: to add to byKey
 	f      fields
 	msgs   []chat.Message
 	fps    [][2]uint64
@@ -68,9 +76,14 @@ func (c *EncodeCache) begin(f Format) *encodeMemo {
 		return nil
 	}
 	if c.format != f {
-		c.format, c.msgs, c.fps, c.groups = f, nil, nil, nil
+		c.format, c.msgs, c.fps, c.groups, c.byKey = f, nil, nil, nil, nil
 	}
-	return &encodeMemo{c: c, groups: make([]cachedGroup, 0, len(c.groups)+8)}
+	groups := c.spareGroups[:0]
+	if cap(groups) < len(c.groups)+8 {
+		groups = make([]cachedGroup, 0, (len(c.groups)+8)*5/4)
+	}
+	c.spareGroups = nil
+	return &encodeMemo{c: c, groups: groups}
 }
 
 func (c *EncodeCache) end(m *encodeMemo) {
@@ -78,7 +91,15 @@ func (c *EncodeCache) end(m *encodeMemo) {
 		return
 	}
 	if m.msgs != nil {
+		c.spareFps, c.spareGroups = c.fps, c.groups
 		c.msgs, c.fps, c.groups = m.msgs, m.fps, m.groups
+		if c.byKey == nil || len(c.byKey) > 2*len(m.groups)+64 {
+			c.byKey = make(map[[2]uint64][]byte, len(m.groups)+len(m.groups)/2)
+			m.added = m.groups
+		}
+		for _, g := range m.added {
+			c.byKey[g.key] = g.b
+		}
 	}
 	c.encoded, c.hashed = m.encoded, m.hashed
 	c.mu.Unlock()
@@ -101,7 +122,13 @@ func (m *encodeMemo) group(msgs []chat.Message, i, j int, encode func() ([]byte,
 		return encode()
 	}
 	if m.msgs == nil {
-		m.msgs, m.fps = msgs, make([][2]uint64, len(msgs))
+		m.msgs, m.fps = msgs, m.c.spareFps[:0]
+		m.c.spareFps = nil
+		if cap(m.fps) < len(msgs) {
+			m.fps = make([][2]uint64, len(msgs))
+		}
+		m.fps = m.fps[:len(msgs)]
+		clear(m.fps) // zero: not computed
 	}
 	c := m.c
 	if g := len(m.groups); g < len(c.groups) && c.groups[g].i == i && c.groups[g].j == j && j <= len(c.msgs) {
@@ -123,13 +150,7 @@ func (m *encodeMemo) group(msgs []chat.Message, i, j int, encode func() ([]byte,
 		m.f.buf = binary.LittleEndian.AppendUint64(m.f.buf, fp[1])
 	}
 	key := [2]uint64{maphash.Bytes(c.s1, m.f.buf), maphash.Bytes(c.s2, m.f.buf)}
-	if m.byKey == nil {
-		m.byKey = make(map[[2]uint64][]byte, len(c.groups))
-		for _, cg := range c.groups {
-			m.byKey[cg.key] = cg.b
-		}
-	}
-	b, ok := m.byKey[key]
+	b, ok := c.byKey[key]
 	if !ok {
 		var err error
 		if b, err = encode(); err != nil {
@@ -137,7 +158,9 @@ func (m *encodeMemo) group(msgs []chat.Message, i, j int, encode func() ([]byte,
 		}
 		m.encoded++
 	}
-	m.groups = append(m.groups, cachedGroup{i: i, j: j, key: key, b: b})
+	g := cachedGroup{i: i, j: j, key: key, b: b}
+	m.groups = append(m.groups, g)
+	m.added = append(m.added, g)
 	return b, nil
 }
 

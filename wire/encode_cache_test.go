@@ -145,3 +145,34 @@ func TestEncodeCacheTellsMessagesApart(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendEncoders: the Append forms write the body the Encode forms give after what dst
+// holds, reusing its array when it has room.
+func TestAppendEncoders(t *testing.T) {
+	run := tauBenchRuns(t)[1]
+	body, _ := json.Marshal(map[string]any{"model": "gpt-4o", "messages": run.Traj})
+	req, err := DecodeOpenAI(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 0, 1<<20)
+	buf = append(buf, "prefix"...)
+	check := func(name string, want []byte, got []byte, err error) {
+		t.Helper()
+		if err != nil || string(got) != "prefix"+string(want) {
+			t.Fatalf("%s: the appended body differs (%v)", name, err)
+		}
+		if &got[0] != &buf[0] {
+			t.Fatalf("%s: a buffer with room was not reused", name)
+		}
+	}
+	want, _ := EncodeOpenAI(req)
+	got, _, err := AppendOpenAIReusing(buf, req, nil)
+	check("openai", want, got, err)
+	want, _ = EncodeAnthropic(req)
+	got, err = AppendAnthropicCached(buf, req, NewEncodeCache())
+	check("anthropic", want, got, err)
+	want, _ = EncodeResponses(req)
+	got, err = AppendResponsesCached(buf, req, NewEncodeCache())
+	check("responses", want, got, err)
+}

@@ -352,6 +352,12 @@ func EncodeOpenAI(r *chat.Request) ([]byte, error) {
 // vouches that the message is the one it encoded before), and the encodings of r.Messages are
 // returned for the next call. The body is the one EncodeOpenAI gives.
 func EncodeOpenAIReusing(r *chat.Request, reuse [][]byte) ([]byte, [][]byte, error) {
+	return AppendOpenAIReusing(nil, r, reuse)
+}
+
+// AppendOpenAIReusing is EncodeOpenAIReusing appending the body to dst and returning the
+// extended buffer, so that a caller sending body after body can reuse one (dst[:0]).
+func AppendOpenAIReusing(dst []byte, r *chat.Request, reuse [][]byte) ([]byte, [][]byte, error) {
 	top, err := withExtras(r.Wire, OpenAI, r.Extra)
 	if err != nil {
 		return nil, nil, fmt.Errorf("wire: %w", err)
@@ -392,7 +398,7 @@ func EncodeOpenAIReusing(r *chat.Request, reuse [][]byte) ([]byte, [][]byte, err
 		}
 		top["tools"] = joinArray(tools)
 	}
-	body, err := marshalWith(top, "messages", msgs, "model", "messages")
+	body, err := appendWith(dst, top, "messages", msgs, "model", "messages")
 	return body, encoded, err
 }
 

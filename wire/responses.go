@@ -556,6 +556,12 @@ func EncodeResponses(r *chat.Request) ([]byte, error) {
 // message in the previous call (see EncodeCache). A nil c encodes everything. The body is
 // the one EncodeResponses gives.
 func EncodeResponsesCached(r *chat.Request, c *EncodeCache) ([]byte, error) {
+	return AppendResponsesCached(nil, r, c)
+}
+
+// AppendResponsesCached is EncodeResponsesCached appending the body to dst and returning the
+// extended buffer, so that a caller sending body after body can reuse one (dst[:0]).
+func AppendResponsesCached(dst []byte, r *chat.Request, c *EncodeCache) ([]byte, error) {
 	memo := c.begin(Responses)
 	defer c.end(memo)
 	top, err := withExtras(r.Wire, Responses, r.Extra)
@@ -618,9 +624,9 @@ func EncodeResponsesCached(r *chat.Request, c *EncodeCache) ([]byte, error) {
 		top["tools"] = joinArray(tools)
 	}
 	if inputItems != nil {
-		return marshalWith(top, "input", inputItems, "model", "instructions", "input")
+		return appendWith(dst, top, "input", inputItems, "model", "instructions", "input")
 	}
-	return marshalObject(top, "model", "instructions", "input")
+	return appendWith(dst, top, "", nil, "model", "instructions", "input")
 }
 
 // isInstructions reports whether a leading system message is written as the instructions

@@ -354,6 +354,12 @@ func marshalObject(o object, first ...string) ([]byte, error) {
 // JSON array of elems, written in place: a request body's messages are joined once, into the
 // body, not first into an array of their own. The body is allocated once, at its size.
 func marshalWith(o object, key string, elems []json.RawMessage, first ...string) ([]byte, error) {
+	return appendWith(nil, o, key, elems, first...)
+}
+
+// appendWith is marshalWith appending to dst: a caller that sends body after body (a proxy)
+// reuses one buffer instead of allocating each.
+func appendWith(dst []byte, o object, key string, elems []json.RawMessage, first ...string) ([]byte, error) {
 	size := 2
 	for k, v := range o {
 		size += len(k) + len(v) + 4
@@ -364,7 +370,7 @@ func marshalWith(o object, key string, elems []json.RawMessage, first ...string)
 			size += max(len(e), 4) + 1
 		}
 	}
-	var buf bytes.Buffer
+	buf := bytes.NewBuffer(dst)
 	buf.Grow(size)
 	buf.WriteByte('{')
 	n := 0
@@ -373,7 +379,7 @@ func marshalWith(o object, key string, elems []json.RawMessage, first ...string)
 			buf.WriteByte(',')
 		}
 		n++
-		writeKey(&buf, k)
+		writeKey(buf, k)
 		buf.WriteByte(':')
 		if k == key && key != "" {
 			buf.WriteByte('[')
