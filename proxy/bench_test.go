@@ -23,12 +23,19 @@ import (
 )
 
 // instantUpstream answers every chat request at once with a fixed small completion.
-func instantUpstream() *httptest.Server {
+func instantUpstream() *httptest.Server { return slowUpstream(0) }
+
+// slowUpstream answers every chat request with a fixed small completion, delay after it has
+// read the request (a provider's time to first byte, much shortened).
+func slowUpstream(delay time.Duration) *httptest.Server {
 	const answer = `{"id":"chatcmpl-bench","object":"chat.completion","created":1,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":1,"total_tokens":11}}`
 	const responsesAnswer = `{"id":"resp_bench","object":"response","status":"completed","model":"gpt-5","output":[{"type":"message","id":"msg_1","role":"assistant","status":"completed","content":[{"type":"output_text","text":"ok","annotations":[]}]}],"usage":{"input_tokens":10,"output_tokens":1,"total_tokens":11}}`
 	const anthropicAnswer = `{"id":"msg_bench","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","usage":{"input_tokens":10,"output_tokens":1}}`
 	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
+		if delay > 0 {
+			time.Sleep(delay)
+		}
 		w.Header().Set("Content-Type", "application/json")
 		if strings.HasSuffix(r.URL.Path, "/messages") {
 			_, _ = io.WriteString(w, anthropicAnswer)
@@ -178,11 +185,13 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 func BenchmarkProxyOverhead(b *testing.B) {
 	up := instantUpstream()
 	defer up.Close()
+	slow := slowUpstream(2 * time.Millisecond)
+	defer slow.Close()
 	// As ctxmgr serve runs on SQLite: a request's messages are written while the upstream
 	// works. CTXMGR_BENCH_WRITE_FIRST=1 writes them before (Config.SharedStore, as on a
 	// PostgreSQL store several instances share), to compare the two in one build.
 	shared := os.Getenv("CTXMGR_BENCH_WRITE_FIRST") != ""
-	newProxy := func(b *testing.B, window int) *httptest.Server {
+	newProxy := func(b *testing.B, window int, up *httptest.Server) *httptest.Server {
 		st, err := sqlite.Open(filepath.Join(b.TempDir(), "bench.db"), sqlite.Options{Relaxed: true}) // as ctxmgr serve opens it
 		if err != nil {
 			b.Fatal(err)
@@ -198,26 +207,38 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	target, _ := url.Parse(up.URL)
 	rp := httptest.NewServer(httputil.NewSingleHostReverseProxy(target))
 	defer rp.Close()
+	slowTarget, _ := url.Parse(slow.URL)
+	slowRP := httptest.NewServer(httputil.NewSingleHostReverseProxy(slowTarget))
+	defer slowRP.Close()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 100}}
 	cases := []struct {
 		name         string
 		size, window int
 		format       Format
+		slow         bool // the upstream takes 2 ms to answer
 	}{
-		{"latency-10K", 10000, 200000, FormatOpenAI},
-		{"latency-100K", 100000, 200000, FormatOpenAI},
+		{"latency-10K", 10000, 200000, FormatOpenAI, false},
+		{"latency-100K", 100000, 200000, FormatOpenAI, false},
 		// A history larger than the window: compacted, so every request is re-encoded with
 		// the summary (the steady state of a long session).
-		{"latency-100K-compacted", 100000, 64000, FormatOpenAI},
+		{"latency-100K-compacted", 100000, 64000, FormatOpenAI, false},
 		// Claude Code's format, with its moving cache_control breakpoint.
-		{"latency-100K-anthropic", 100000, 200000, FormatAnthropic},
+		{"latency-100K-anthropic", 100000, 200000, FormatAnthropic, false},
 		// Codex CLI's: the Responses API, stateless.
-		{"latency-100K-responses", 100000, 200000, FormatResponses},
+		{"latency-100K-responses", 100000, 200000, FormatResponses, false},
+		// An upstream that takes 2 ms to answer (a real provider takes hundreds): what the
+		// proxy adds when its store write runs beside the upstream call.
+		{"latency-100K-upstream-2ms", 100000, 200000, FormatOpenAI, true},
+		{"latency-100K-anthropic-upstream-2ms", 100000, 200000, FormatAnthropic, true},
 	}
 	for _, c := range cases {
 		size := c.size
 		b.Run(c.name, func(b *testing.B) {
-			px := newProxy(b, c.window)
+			upstream, plainProxy := up, rp
+			if c.slow {
+				upstream, plainProxy = slow, slowRP
+			}
+			px := newProxy(b, c.window, upstream)
 			conv := newBenchConversation(size)
 			next := conv.body
 			switch c.format {
@@ -240,9 +261,9 @@ func BenchmarkProxyOverhead(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				body := bodies[i]
-				direct := post(b, client, up.URL, "", body)
+				direct := post(b, client, upstream.URL, "", body)
 				through := post(b, client, px.URL, "bench", body)
-				plain := post(b, client, rp.URL, "", body)
+				plain := post(b, client, plainProxy.URL, "", body)
 				added = append(added, max(0, through-direct))
 				anchor = append(anchor, max(0, plain-direct))
 			}
@@ -255,7 +276,7 @@ func BenchmarkProxyOverhead(b *testing.B) {
 		})
 	}
 	b.Run("throughput-50-sessions-10K", func(b *testing.B) {
-		px := newProxy(b, 200000)
+		px := newProxy(b, 200000, up)
 		const sessions = 50
 		base := newBenchConversation(10000)
 		run := func(url string, header bool) float64 {
