@@ -143,3 +143,31 @@ func Example_wire() {
 	// Output:
 	// {"model":"gpt-4o","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Summarize the log."}],"temperature":0.2}
 }
+
+// A server that must answer quickly writes a request's new messages while the LLM call is
+// under way: AppendDeferred takes them into the session at once, Flush writes them beside
+// the call, and the answer goes out only once Flush has succeeded (ctxmgr serve does this
+// with SQLite and file stores). Should Flush fail, the session no longer matches its store:
+// load it again.
+func ExampleSession_AppendDeferred() {
+	ctx := context.Background()
+	st := store.NewMemory()
+	m, _ := ctxmgr.New(ctxmgr.Config{Store: st})
+	defer m.Close()
+	s, _ := m.NewSession("deferred", nil, nil)
+
+	_ = s.AppendDeferred(ctx, chat.TextMessage(chat.RoleUser, "what changed in main.go?"))
+	p, _ := s.Prepare(ctx)
+	flushed := make(chan error, 1)
+	go func() { flushed <- s.Flush(ctx) }()
+	// ... the LLM call with p.Request runs here, beside the store write ...
+	if err := <-flushed; errors.Is(err, ctxmgr.ErrNotStored) {
+		// Answer with an error (the client sends the request again), and go on from what
+		// the store holds.
+		s, _ = m.LoadSession(ctx, "deferred", nil, nil)
+	}
+	stored, _ := st.Messages(ctx, "deferred", 0, -1)
+	fmt.Println("sent:", len(p.Request.Messages), "stored:", len(stored), "in the session:", s.Len())
+	// Output:
+	// sent: 1 stored: 1 in the session: 1
+}
