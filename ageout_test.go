@@ -146,19 +146,7 @@ func TestRequestedReadCapFromRoom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m2, err := New(Config{Store: st, ToolResultCap: 10000, Budget: cfg.Budget, Logger: discardLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m2.Close()
-	s2, err := m2.LoadSession(ctx, s.ID(), []chat.Message{chat.TextMessage(chat.RoleSystem, "sys")}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p2, err := s2.Prepare(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p2 := prepareAfterRestart(t, Config{Store: st, ToolResultCap: 10000, Budget: cfg.Budget}, s.ID())
 	if len(p2.Request.Messages) != len(p.Request.Messages) {
 		t.Fatal("restored session sends another request")
 	}

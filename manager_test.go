@@ -37,6 +37,28 @@ func testManager(t *testing.T, cfg Config) (*Manager, *Session) {
 	return m, s
 }
 
+// prepareAfterRestart loads session id with a new Manager of cfg (the system prompt "sys", as
+// testManager makes it) and returns what its first Prepare returns.
+func prepareAfterRestart(t *testing.T, cfg Config, id string) Prepared {
+	t.Helper()
+	ctx := context.Background()
+	cfg.Logger = discardLogger()
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	s, err := m.LoadSession(ctx, id, []chat.Message{chat.TextMessage(chat.RoleSystem, "sys")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Prepare(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 func lines(n int, prefix string) string {
 	var b strings.Builder
 	for i := 1; i <= n; i++ {

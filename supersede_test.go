@@ -64,19 +64,7 @@ func TestSupersedeRereadFile(t *testing.T) {
 	if err != nil || full != file {
 		t.Fatalf("earlier read not in the store: %v", err)
 	}
-	m2, err := New(Config{Store: st, ToolResultCap: 10000, Supersede: true, Logger: discardLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m2.Close()
-	s2, err := m2.LoadSession(ctx, s.ID(), []chat.Message{chat.TextMessage(chat.RoleSystem, "sys")}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p2, err := s2.Prepare(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p2 := prepareAfterRestart(t, Config{Store: st, ToolResultCap: 10000, Supersede: true}, s.ID())
 	if len(p2.Request.Messages) != len(p.Request.Messages) || p2.Request.Messages[2].Text() != first {
 		t.Fatal("restored session sends another request")
 	}
