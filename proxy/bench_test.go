@@ -192,7 +192,7 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	// PostgreSQL store several instances share), to compare the two in one build.
 	shared := os.Getenv("CTXMGR_BENCH_WRITE_FIRST") != ""
 	newProxy := func(b *testing.B, window int, up *httptest.Server) *httptest.Server {
-		st, err := sqlite.Open(filepath.Join(b.TempDir(), "bench.db"), sqlite.Options{Relaxed: true}) // as ctxmgr serve opens it
+		st, err := sqlite.Open(filepath.Join(b.TempDir(), "bench.db"), sqlite.Options{Relaxed: true, CheckpointEvery: 200 * time.Millisecond}) // as ctxmgr serve opens it
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/ctxmgr/ctxmgr"
 	"github.com/ctxmgr/ctxmgr/proxy"
 	"github.com/ctxmgr/ctxmgr/store"
+	"github.com/ctxmgr/ctxmgr/store/sqlite"
 )
 
 // serveOptions holds the flags of the serve command.
@@ -197,7 +198,8 @@ func runServe(cmd *cobra.Command, o *serveOptions) error {
 
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	st, err := openStore(ctx, o.store, !o.syncAppends)
+	// SQLite checkpoints run beside the writes, not inside them (sqlite.Options.CheckpointEvery).
+	st, err := openStore(ctx, o.store, sqlite.Options{Relaxed: !o.syncAppends, CheckpointEvery: 200 * time.Millisecond})
 	if err != nil {
 		return err
 	}

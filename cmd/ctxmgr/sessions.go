@@ -36,16 +36,16 @@ func isPostgres(spec string) bool {
 
 // openStore opens the store a --store value names: "sqlite:PATH", "postgres://..." (or
 // "postgresql://..."), or "files:DIR". A SQLite database or a directory that does not exist
-// is created. A malformed spec is a usage error. relaxed opens SQLite with
-// sqlite.Options.Relaxed (what serve does: its clients resend their history).
-func openStore(ctx context.Context, spec string, relaxed bool) (store.Store, error) {
+// is created. A malformed spec is a usage error. A SQLite database is opened with lite (serve
+// sets Relaxed, since its clients resend their history, and CheckpointEvery).
+func openStore(ctx context.Context, spec string, lite sqlite.Options) (store.Store, error) {
 	switch {
 	case strings.HasPrefix(spec, "sqlite:"):
 		path := strings.TrimPrefix(spec, "sqlite:")
 		if path == "" {
 			return nil, usageErrorf("--store %q: missing database path after sqlite:", spec)
 		}
-		return sqlite.Open(path, sqlite.Options{Relaxed: relaxed})
+		return sqlite.Open(path, lite)
 	case isPostgres(spec):
 		return postgres.Open(ctx, spec, postgres.Options{})
 	case strings.HasPrefix(spec, "files:"):
@@ -71,7 +71,7 @@ func openExisting(ctx context.Context, spec string) (store.Store, error) {
 			}
 		}
 	}
-	return openStore(ctx, spec, false)
+	return openStore(ctx, spec, sqlite.Options{})
 }
 
 func newSessionsCmd() *cobra.Command {

@@ -24,6 +24,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ctxmgr/ctxmgr/store"
@@ -49,13 +51,31 @@ type Options struct {
 	// consistent either way. The proxy uses it: its clients resend their whole history on every
 	// call, so an append lost to a power cut is appended again by the next request.
 	Relaxed bool
+	// CheckpointEvery, when > 0, moves SQLite's checkpoints (copying the WAL into the database
+	// file, with an fsync: milliseconds) out of the writes. By default a commit that finds the
+	// WAL past 1,000 pages runs one, and that write waits for it; with CheckpointEvery a
+	// goroutine runs a passive checkpoint that often instead (one that never blocks a write),
+	// and a commit checkpoints itself only past 10,000 pages, should the goroutine fall
+	// behind. ctxmgr serve uses 200ms: the p99 latency the proxy adds to a 100K-token
+	// request went from 2.9-5.2 to 2.1-3.4 ms (Anthropic: 4.4-6.3 to 2.6-3.4 ms) in three
+	// alternating rounds, the p50 unchanged.
+	CheckpointEvery time.Duration
 }
+
+// fallbackCheckpointPages is the WAL size at which a commit checkpoints even with
+// CheckpointEvery set.
+const fallbackCheckpointPages = 10000
 
 // Store is the SQLite store: a sqlstore.Store on one database file. All methods are safe for
 // concurrent use, and several processes may share one database file.
 type Store struct {
 	*sqlstore.Store
-	path string // absolute
+	path string  // absolute
+	w    *sql.DB // the writer connection (the sqlstore.Store's)
+	// stop ends the checkpoint goroutine (CheckpointEvery); done is closed when it has.
+	stop, done  chan struct{}
+	stopOnce    sync.Once
+	checkpoints atomic.Int64 // passive checkpoints it ran
 }
 
 var _ store.Store = (*Store)(nil)
@@ -97,6 +117,9 @@ func Open(path string, opts Options) (*Store, error) {
 	q.Set("_busy_timeout", strconv.FormatInt(busy.Milliseconds(), 10))
 	q.Set("_foreign_keys", "1")
 	q.Set("_journal_mode", "WAL")
+	if opts.CheckpointEvery > 0 {
+		q.Add("_pragma", fmt.Sprintf("wal_autocheckpoint(%d)", fallbackCheckpointPages))
+	}
 	if opts.Relaxed {
 		q.Set("_synchronous", "NORMAL")
 	} else {
@@ -130,7 +153,39 @@ func Open(path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{Store: s, path: abs}, nil
+	st := &Store{Store: s, path: abs, w: w}
+	if opts.CheckpointEvery > 0 {
+		st.stop, st.done = make(chan struct{}), make(chan struct{})
+		go st.checkpointLoop(r, opts.CheckpointEvery)
+	}
+	return st, nil
+}
+
+// checkpointLoop runs a passive checkpoint every interval on a read connection until Close.
+// A passive checkpoint copies what no reader still needs and never waits for a lock, so
+// writes go on meanwhile; a failure is retried at the next tick.
+func (s *Store) checkpointLoop(db *sql.DB, interval time.Duration) {
+	defer close(s.done)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			if _, err := db.ExecContext(context.Background(), `PRAGMA wal_checkpoint(PASSIVE)`); err == nil {
+				s.checkpoints.Add(1)
+			}
+		}
+	}
+}
+
+// Close stops the checkpoint goroutine, if any, and closes the store.
+func (s *Store) Close() error {
+	if s.stop != nil {
+		s.stopOnce.Do(func() { close(s.stop); <-s.done })
+	}
+	return s.Store.Close()
 }
 
 // Path returns the database file's absolute path.

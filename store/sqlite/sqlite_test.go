@@ -25,17 +25,26 @@ func open(t testing.TB, path string, opts sqlite.Options) *sqlite.Store {
 	return s
 }
 
-func TestConformance(t *testing.T) {
+func TestConformance(t *testing.T) { conformance(t, sqlite.Options{}) }
+
+// TestConformanceAsServed: the contract holds as ctxmgr serve opens SQLite too (relaxed
+// syncs, checkpoints on a goroutine of their own, here every 5 ms so that they run among the
+// suite's writes).
+func TestConformanceAsServed(t *testing.T) {
+	conformance(t, sqlite.Options{Relaxed: true, CheckpointEvery: 5 * time.Millisecond})
+}
+
+func conformance(t *testing.T, opts sqlite.Options) {
 	storetest.RunReopen(t,
 		func(t *testing.T) store.Store {
-			s, err := sqlite.Open(filepath.Join(t.TempDir(), "ctxmgr.db"), sqlite.Options{})
+			s, err := sqlite.Open(filepath.Join(t.TempDir(), "ctxmgr.db"), opts)
 			if err != nil {
 				t.Fatalf("Open: %v", err)
 			}
 			return s
 		},
 		func(t *testing.T, old store.Store) store.Store {
-			s, err := sqlite.Open(old.(*sqlite.Store).Path(), sqlite.Options{})
+			s, err := sqlite.Open(old.(*sqlite.Store).Path(), opts)
 			if err != nil {
 				t.Fatalf("reopen: %v", err)
 			}
