@@ -64,6 +64,13 @@ func startsWithSlash(m *chat.Message) bool {
 // proxy's answer that follows it are not conversation) and the command of the latest message,
 // if it is one.
 func splitCommands(msgs []chat.Message) ([]chat.Message, *command) {
+	return splitCommandsFrom(msgs, firstCommand(msgs, 0))
+}
+
+// splitCommandsFrom is splitCommands for messages whose first command is at index first (-1:
+// none), as the decode cache keeps it: a conversation without earlier commands is not scanned
+// again on every request.
+func splitCommandsFrom(msgs []chat.Message, first int) ([]chat.Message, *command) {
 	var cur *command
 	if n := len(msgs); n > 0 {
 		if c, ok := parseCommand(&msgs[n-1]); ok {
@@ -71,14 +78,7 @@ func splitCommands(msgs []chat.Message) ([]chat.Message, *command) {
 			msgs = msgs[:n-1]
 		}
 	}
-	has := false
-	for i := range msgs {
-		if _, ok := parseCommand(&msgs[i]); ok {
-			has = true
-			break
-		}
-	}
-	if !has {
+	if first < 0 || first >= len(msgs) {
 		return msgs, cur
 	}
 	out := make([]chat.Message, 0, len(msgs))
@@ -93,6 +93,16 @@ func splitCommands(msgs []chat.Message) ([]chat.Message, *command) {
 		out = append(out, msgs[i])
 	}
 	return out, cur
+}
+
+// firstCommand returns the index of the first command in msgs[from:], or -1.
+func firstCommand(msgs []chat.Message, from int) int {
+	for i := from; i < len(msgs); i++ {
+		if _, ok := parseCommand(&msgs[i]); ok {
+			return i
+		}
+	}
+	return -1
 }
 
 // runCommand executes a command on a synced session and returns the text to answer.

@@ -31,8 +31,10 @@ type decoded struct {
 	head   [16]byte
 	lay    *wire.Layout
 	hashes []nhash // of lay.Request().Messages
-	elem   *list.Element
-	used   uint64 // tick of the last lookup or store
+	// firstCmd is the index of the first of those messages that is a command (-1: none).
+	firstCmd int
+	elem     *list.Element
+	used     uint64 // tick of the last lookup or store
 	// extended: a later body continued every message of this one, and appended its hashes
 	// to the array of hashes in place (see wire.Layout; only one continuation may).
 	extended atomic.Bool
@@ -59,15 +61,16 @@ func bodyHead(body []byte) [16]byte {
 }
 
 // decode decodes body in format f, reusing the cached conversation it continues, and returns
-// the request with the normalized hashes of its messages. The request shares memory with the
+// the request with the normalized hashes of its messages and the index of the first of them
+// that is a command (-1: none; see splitCommandsFrom). The request shares memory with the
 // cache: it must not be modified (replace fields of a copy instead).
-func (c *decodeCache) decode(f Format, body []byte) (*chat.Request, []nhash, error) {
+func (c *decodeCache) decode(f Format, body []byte) (*chat.Request, []nhash, int, error) {
 	if c == nil || c.limit <= 0 {
 		req, err := wire.Decode(f, body)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, -1, err
 		}
-		return req, hashAll(req.Messages), nil
+		return req, hashAll(req.Messages), firstCommand(req.Messages, 0), nil
 	}
 	head := bodyHead(body)
 	prev := c.lookup(head, body)
@@ -80,12 +83,20 @@ func (c *decodeCache) decode(f Format, body []byte) (*chat.Request, []nhash, err
 		req, lay, err = wire.DecodeLayout(f, body)
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, -1, err
 	}
 	out := *req // callers replace fields (tools); the cached request stays as decoded
 	var hashes []nhash
+	first := -1
 	if prev != nil && lay != nil && lay.Reused() > 0 {
 		n := lay.Reused()
+		// The shared prefix is the previous body's: its first command, if there, is this
+		// one's; otherwise only the new messages may hold one.
+		if prev.firstCmd >= 0 && prev.firstCmd < n {
+			first = prev.firstCmd
+		} else {
+			first = firstCommand(req.Messages, n)
+		}
 		if n == len(prev.hashes) && prev.extended.CompareAndSwap(false, true) {
 			hashes = prev.hashes
 		} else {
@@ -97,11 +108,12 @@ func (c *decodeCache) decode(f Format, body []byte) (*chat.Request, []nhash, err
 		}
 	} else {
 		hashes = hashAll(req.Messages)
+		first = firstCommand(req.Messages, 0)
 	}
 	if lay != nil {
-		c.store(&decoded{head: head, lay: lay, hashes: hashes}, prev)
+		c.store(&decoded{head: head, lay: lay, hashes: hashes, firstCmd: first}, prev)
 	}
-	return &out, hashes, nil
+	return &out, hashes, first, nil
 }
 
 // lookup returns the cached body under head that shares the longest prefix with body.

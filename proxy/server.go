@@ -333,6 +333,7 @@ type exchange struct {
 	bps      []breakpoint
 	bpRoom   int
 	hashes   []nhash // of dec.Messages
+	firstCmd int     // index of the first command in dec.Messages (-1: none)
 
 	log        *slog.Logger
 	upstreamNS int64
@@ -420,9 +421,9 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 		return
 	}
 	x := &exchange{s: s, w: sw, r: r, format: format, log: s.log, body: body}
-	dec, hashes, derr := s.decodes.decode(format, body)
+	dec, hashes, firstCmd, derr := s.decodes.decode(format, body)
 	if derr == nil {
-		x.hashes = hashes
+		x.hashes, x.firstCmd = hashes, firstCmd
 		x.dec = dec
 		_ = json.Unmarshal(dec.Extra["model"], &x.model)
 		x.stream = boolField(dec.Extra, "stream")
@@ -595,7 +596,7 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 	}
 	x.window, x.maxOut = window, mgr.m.Config().Budget.MaxOutput
 	dec.Tools = stripReadTool(dec.Tools)
-	msgs, cmd := splitCommands(dec.Messages)
+	msgs, cmd := splitCommandsFrom(dec.Messages, x.firstCmd)
 	if cmd == nil && len(dec.Tools) == 0 && len(msgs) == 1 && msgs[0].Role == chat.RoleUser {
 		return nil, info, &unmanagedError{ReasonSingleMessage, errors.New("one user message and no tools: nothing to manage, not stored")}
 	}

@@ -320,3 +320,36 @@ func TestPlaceBreakpointsKnown(t *testing.T) {
 		t.Fatalf("a message with a breakpoint: clean %d", len(clean2))
 	}
 }
+
+// TestDecodeKeepsFirstCommand: the decode cache's index of the first command, carried from
+// body to body of a growing conversation, is the one a full scan finds, before and after a
+// command appears; and splitCommandsFrom with it gives what splitCommands gives.
+func TestDecodeKeepsFirstCommand(t *testing.T) {
+	c := newDecodeCache(64 << 20)
+	// A system prompt past the 1 KB that names a conversation in the cache (headLen).
+	msgs := []map[string]any{{"role": "system", "content": strings.Repeat("You are a careful agent. ", 80)}}
+	texts := []string{"hello", "ok", "more", "ok", "/compact keep it short", "[ctxmgr] /compact: compacted", "go on", "ok", "/context", "[ctxmgr] /context: x", "next", "ok"}
+	for i, text := range texts {
+		role := "user"
+		if i%2 == 1 {
+			role = "assistant"
+		}
+		msgs = append(msgs, map[string]any{"role": role, "content": text})
+		body, _ := json.Marshal(map[string]any{"model": "gpt-4o", "messages": msgs})
+		req, _, first, err := c.decode(FormatOpenAI, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i > 0 && c.lookup(bodyHead(body), body) == nil {
+			t.Fatal("the conversation is not in the decode cache: the test proves nothing")
+		}
+		if want := firstCommand(req.Messages, 0); first != want {
+			t.Fatalf("after %d messages: first command %d, a scan finds %d", len(msgs), first, want)
+		}
+		got, gotCmd := splitCommandsFrom(req.Messages, first)
+		want, wantCmd := splitCommands(req.Messages)
+		if len(got) != len(want) || (gotCmd == nil) != (wantCmd == nil) {
+			t.Fatalf("after %d messages: splitCommandsFrom differs from splitCommands", len(msgs))
+		}
+	}
+}
