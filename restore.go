@@ -99,7 +99,8 @@ func (m *Manager) LoadSession(ctx context.Context, id string, system []chat.Mess
 		e.orig = msgs[i]
 		e.view = e.orig
 		if e.orig.Role != chat.RoleTool {
-			s.ownTokens += cfg.Counter.Message(&e.orig)
+			e.tokens = cfg.Counter.Message(&e.orig) // counted again below only if its view changes
+			s.ownTokens += e.tokens
 		} else {
 			e.size = textBytes(&e.orig)
 			e.exempt = slices.Contains(cfg.ExemptTools, e.orig.Name)
@@ -160,7 +161,9 @@ func (m *Manager) LoadSession(ctx context.Context, id string, system []chat.Mess
 	}
 	for i := range s.entries {
 		e := &s.entries[i]
-		e.tokens = cfg.Counter.Message(&e.view)
+		if e.orig.Role == chat.RoleTool || e.kind != viewOriginal {
+			e.tokens = cfg.Counter.Message(&e.view)
+		}
 		if i >= s.start || i == s.pinned {
 			s.histTokens += e.tokens
 		}

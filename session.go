@@ -303,8 +303,6 @@ func (s *Session) appendLocked(ctx context.Context, msgs []chat.Message, write b
 		e := &news[i]
 		if e.orig.Role == chat.RoleTool {
 			e.tokens = cfg.Counter.Message(&e.view)
-		}
-		if e.orig.Role == chat.RoleTool {
 			s.unsettled = append(s.unsettled, len(s.results))
 			s.results = append(s.results, base+i)
 			delete(s.open, e.orig.ToolCallID)

@@ -21,8 +21,8 @@ import (
 //     request, and compaction shifts positions, yet a message the conversation still holds,
 //     unchanged, is not encoded again.
 //
-// It keeps only what the last call used, so it holds about one request's messages. An
-// EncodeCache is safe for concurrent use; calls that overlap encode without it.
+// It keeps what the last call used, and by content at most as many older renderings again
+// (see byKey), so it holds about one to two requests' messages. An EncodeCache is safe for concurrent use; calls that overlap encode without it.
 type EncodeCache struct {
 	mu     sync.Mutex
 	format Format // of the last call: another format starts the cache afresh
