@@ -259,7 +259,7 @@ func decodeNext(f Format, body []byte, prev *Layout) (*chat.Request, *Layout, bo
 	if f == Responses {
 		items := make([]json.RawMessage, len(raws))
 		for j, raw := range raws {
-			items[j] = bytes.Clone(raw)
+			items[j] = raw
 		}
 		lay := &itemsLayout{}
 		ms, err := decodeResponsesItems(items, k, lay)
@@ -287,7 +287,7 @@ func decodeNext(f Format, body []byte, prev *Layout) (*chat.Request, *Layout, bo
 	for j, raw := range raws {
 		idx := k + j
 		if f == OpenAI {
-			m, err := decodeOpenAIMessage(idx, bytes.Clone(raw))
+			m, err := decodeOpenAIMessage(idx, raw)
 			if err != nil {
 				return nil, nil, false // the whole decode reports it, located
 			}
@@ -297,7 +297,7 @@ func decodeNext(f Format, body []byte, prev *Layout) (*chat.Request, *Layout, bo
 			msgs = append(msgs, m)
 			n++
 		} else {
-			ms, err := decodeAnthropicMessage(idx, bytes.Clone(raw), names)
+			ms, err := decodeAnthropicMessage(idx, raw, names)
 			if err != nil {
 				return nil, nil, false
 			}

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"os"
@@ -21,7 +22,9 @@ func checkNext(t *testing.T, f Format, prev, next []byte) (reused bool) {
 		lay = nil
 	}
 	want, werr := Decode(f, next)
-	got, glay, gerr := DecodeNext(f, next, lay)
+	own := bytes.Clone(next)
+	got, glay, gerr := DecodeNext(f, own, lay)
+	scribble(own) // the request keeps nothing of the body it was decoded from
 	if (werr == nil) != (gerr == nil) || werr != nil && werr.Error() != gerr.Error() {
 		t.Fatalf("errors differ: Decode %v, DecodeNext %v\nprev: %s\nnext: %s", werr, gerr, prev, next)
 	}
@@ -38,11 +41,19 @@ func checkNext(t *testing.T, f Format, prev, next []byte) (reused bool) {
 	}
 	// The layout of the result decodes the next body the same way again.
 	if glay != nil {
+		glay.body = next // the layout's own body was scribbled on
 		if again, _, err := DecodeNext(f, next, glay); err != nil || !reflect.DeepEqual(again, want) {
 			t.Fatalf("decoding the same body again through its own layout differs: %v", err)
 		}
 	}
 	return lay != nil && glay != nil && len(glay.ends) > 0 && lay.open == glay.open
+}
+
+// scribble overwrites b, as a reused buffer would be.
+func scribble(b []byte) {
+	for i := range b {
+		b[i] = '#'
+	}
 }
 
 // tauRun is one tau-bench run: its OpenAI messages.
@@ -192,12 +203,20 @@ func fuzzNext(t *testing.T, format Format, prev, next []byte) {
 		lay = nil
 	}
 	want, werr := Decode(format, next)
-	got, _, gerr := DecodeNext(format, next, lay)
+	own := bytes.Clone(next)
+	got, _, gerr := DecodeNext(format, own, lay)
+	scribble(own) // the request keeps nothing of the body it was decoded from
 	if (werr == nil) != (gerr == nil) {
 		t.Fatalf("errors differ: %v / %v", werr, gerr)
 	}
 	if werr == nil && !reflect.DeepEqual(want, got) {
 		t.Fatalf("DecodeNext differs from Decode")
+	}
+	own = bytes.Clone(next)
+	whole, _ := Decode(format, own)
+	scribble(own)
+	if werr == nil && !reflect.DeepEqual(want, whole) {
+		t.Fatalf("the request Decode returned changed with the body it was decoded from")
 	}
 }
 

@@ -95,6 +95,10 @@ func Detect(body []byte) Format {
 }
 
 // Decode decodes a request body (or, for OpenAI, a bare message array) in format f.
+//
+// The request shares no memory with body (every decoder here copies what it keeps), so the
+// caller may reuse body's buffer once Decode returns; the same holds for DecodeLayout and
+// DecodeNext, whose Layout keeps body itself to compare a later body with.
 func Decode(f Format, body []byte) (*chat.Request, error) {
 	switch f {
 	case OpenAI:
