@@ -174,6 +174,10 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 	return s[min(len(s)-1, int(float64(len(s))*p))]
 }
 
+// warmup is how many requests of each latency case are sent before the clock starts, after
+// the session's first.
+const warmup = 300
+
 // BenchmarkProxyOverhead measures the latency the proxy adds (the time through the proxy minus
 // the time of the same request sent straight to an upstream that answers at once, paired per
 // request) for a session whose history is 10K or 100K tokens, growing by a turn each request
@@ -182,10 +186,6 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 // (the anchor: what any proxy costs), with ctxmgr on SQLite (the default of ctxmgr serve).
 //
 //	go test -run '^$' -bench ProxyOverhead -benchtime 200x ./proxy
-// warmup is how many requests of each latency case are sent before the clock starts, after
-// the session's first.
-const warmup = 300
-
 func BenchmarkProxyOverhead(b *testing.B) {
 	up := instantUpstream()
 	defer up.Close()
