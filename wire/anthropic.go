@@ -51,7 +51,7 @@ func decodeAnthropic(body []byte, counts *[]int) (*chat.Request, error) {
 	if _, err := take(top, "messages", &rawMsgs); err != nil {
 		return nil, malformed(-1, "messages", err)
 	}
-	names := map[string]string{} // tool_use id -> tool name, to name results
+	names := &toolNames{}
 	for i, raw := range rawMsgs {
 		ms, err := decodeAnthropicMessage(i, raw, names)
 		if err != nil {
@@ -66,7 +66,40 @@ func decodeAnthropic(body []byte, counts *[]int) (*chat.Request, error) {
 	return r, nil
 }
 
-func decodeAnthropicMessage(i int, raw json.RawMessage, names map[string]string) ([]chat.Message, error) {
+// toolNames names tool results by their tool_use id, as the body's messages are decoded in
+// order: the ids of the tool calls decoded so far (set), then those of prior, messages decoded
+// before (a continued conversation's, see DecodeNext), searched from the latest. The latest
+// call with an id names its results, as a map filled in order would; searching prior only on
+// demand keeps a continued body's decode from indexing the whole history (a result's call is
+// almost always in the message just before it).
+type toolNames struct {
+	prior []chat.Message
+	m     map[string]string
+}
+
+func (n *toolNames) set(id, name string) {
+	if n.m == nil {
+		n.m = map[string]string{}
+	}
+	n.m[id] = name
+}
+
+func (n *toolNames) get(id string) string {
+	if name, ok := n.m[id]; ok {
+		return name
+	}
+	for i := len(n.prior) - 1; i >= 0; i-- {
+		tcs := n.prior[i].ToolCalls
+		for j := len(tcs) - 1; j >= 0; j-- {
+			if tcs[j].ID == id {
+				return tcs[j].Name
+			}
+		}
+	}
+	return ""
+}
+
+func decodeAnthropicMessage(i int, raw json.RawMessage, names *toolNames) ([]chat.Message, error) {
 	if err := checkText(i, "", raw); err != nil {
 		return nil, err
 	}
@@ -145,7 +178,7 @@ func decodeAnthropicMessage(i int, raw json.RawMessage, names map[string]string)
 			if err != nil {
 				return nil, malformed(i, field, err)
 			}
-			names[tc.ID] = tc.Name
+			names.set(tc.ID, tc.Name)
 			cur.ToolCalls = append(cur.ToolCalls, tc)
 			open = true
 		default:
@@ -202,14 +235,14 @@ func decodeAnthropicContent(m *chat.Message, raw json.RawMessage, i int, field s
 	return nil
 }
 
-func decodeToolResult(o object, names map[string]string) (chat.Message, error) {
+func decodeToolResult(o object, names *toolNames) (chat.Message, error) {
 	delete(o, "type")
 	m := chat.Message{Role: chat.RoleTool, Wire: string(Anthropic)}
 	var err error
 	if m.ToolCallID, err = takeString(o, "tool_use_id"); err != nil {
 		return m, err
 	}
-	m.Name = names[m.ToolCallID]
+	m.Name = names.get(m.ToolCallID)
 	if raw, ok := o["is_error"]; ok {
 		var b bool
 		if err := unmarshal(raw, &b); err != nil {

@@ -1,10 +1,14 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/ctxmgr/ctxmgr/chat"
 )
 
 // benchBody is an OpenAI agent request of about n turns: a user request, an assistant tool
@@ -104,5 +108,79 @@ func BenchmarkEncodeAnthropicGrowing(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkDecodeNextAnthropic decodes a ~100K-token conversation as Anthropic bodies, each a
+// turn longer than the last, against the layout of the one before (what the proxy does per
+// request), with Claude Code's breakpoint on the newest message, so that the previous last
+// message changes every time.
+func BenchmarkDecodeNextAnthropic(b *testing.B) {
+	oreq, err := DecodeOpenAI(benchBody(130))
+	if err != nil {
+		b.Fatal(err)
+	}
+	whole, err := EncodeAnthropic(oreq)
+	if err != nil {
+		b.Fatal(err)
+	}
+	req, err := DecodeAnthropic(whole) // Anthropic messages, which keep a block's extra fields
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Prefixes that end with a user or tool message, where Claude Code puts its breakpoint.
+	all := req.Messages
+	var ends []int
+	for k := range all {
+		if all[k].Role == chat.RoleUser || all[k].Role == chat.RoleTool {
+			ends = append(ends, k+1)
+		}
+	}
+	ends = ends[len(ends)-101:]
+	bodies := make([][]byte, len(ends))
+	for i, end := range ends {
+		r := *req
+		r.Messages = slices.Clone(all[:end])
+		last := &r.Messages[len(r.Messages)-1]
+		bp := json.RawMessage(`{"type":"ephemeral"}`)
+		if last.Role == chat.RoleTool {
+			last.Extra = map[string]json.RawMessage{"block.": json.RawMessage(`{"cache_control":` + string(bp) + `}`)}
+		} else {
+			n := len(last.Content) - 1
+			p := last.Content[n]
+			p.Extra = map[string]json.RawMessage{"cache_control": bp}
+			last.Content = append(slices.Clone(last.Content[:n]), p)
+			last.Shape = chat.ShapeParts // a breakpoint sits on a block
+		}
+		if bodies[i], err = EncodeAnthropic(&r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, body := range bodies[:2] {
+		if n := bytes.Count(body, []byte(`"cache_control"`)); n != 1 {
+			b.Fatalf("%d breakpoints in a body, want 1 (on its newest message)", n)
+		}
+	}
+	_, lay, err := DecodeLayout(Anthropic, bodies[0])
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(bodies[100])))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		next := bodies[1+i%100]
+		if i%100 == 0 && i > 0 {
+			b.StopTimer()
+			_, lay, _ = DecodeLayout(Anthropic, bodies[0])
+			b.StartTimer()
+		}
+		_, l, err := DecodeNext(Anthropic, next, lay)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if l.Reused() == 0 {
+			b.Fatal("not decoded from where the bodies differ")
+		}
+		lay = l
 	}
 }

@@ -274,15 +274,7 @@ func decodeNext(f Format, body []byte, prev *Layout) (*chat.Request, *Layout, bo
 		out.Messages = msgs
 		return &out, l, true
 	}
-	var names map[string]string
-	if f == Anthropic {
-		names = map[string]string{}
-		for _, m := range msgs {
-			for _, tc := range m.ToolCalls {
-				names[tc.ID] = tc.Name
-			}
-		}
-	}
+	names := &toolNames{prior: msgs}
 	n := kept
 	for j, raw := range raws {
 		idx := k + j
