@@ -25,6 +25,39 @@ import (
 // instantUpstream answers every chat request at once with a fixed small completion.
 func instantUpstream() *httptest.Server { return slowUpstream(0) }
 
+// bufferingProxy forwards each request to target after reading its whole body, as any proxy
+// that rewrites a body must (ctxmgr decides what to send only once it has the whole history):
+// the second anchor of BenchmarkProxyOverhead, the floor of such a proxy on the same requests.
+// It adds to a plain reverse proxy only that the upload to the upstream starts when the
+// client's upload ends.
+func bufferingProxy(target string) *httptest.Server {
+	tr := &http.Transport{MaxIdleConnsPerHost: 100}
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		req, err := http.NewRequestWithContext(r.Context(), r.Method, target+r.URL.Path, bytes.NewReader(body))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		req.Header = r.Header.Clone()
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		for k, v := range resp.Header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, resp.Body)
+	}))
+}
+
 // slowUpstream answers every chat request with a fixed small completion, delay after it has
 // read the request (a provider's time to first byte, much shortened).
 func slowUpstream(delay time.Duration) *httptest.Server {
@@ -225,6 +258,9 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	slowTarget, _ := url.Parse(slow.URL)
 	slowRP := httptest.NewServer(httputil.NewSingleHostReverseProxy(slowTarget))
 	defer slowRP.Close()
+	bp, slowBP := bufferingProxy(up.URL), bufferingProxy(slow.URL)
+	defer bp.Close()
+	defer slowBP.Close()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 100}}
 	cases := []struct {
 		name         string
@@ -249,9 +285,9 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	for _, c := range cases {
 		size := c.size
 		b.Run(c.name, func(b *testing.B) {
-			upstream, plainProxy := up, rp
+			upstream, plainProxy, buffering := up, rp, bp
 			if c.slow {
-				upstream, plainProxy = slow, slowRP
+				upstream, plainProxy, buffering = slow, slowRP, slowBP
 			}
 			px := newProxy(b, c.window, upstream)
 			conv := newBenchConversation(size)
@@ -280,24 +316,30 @@ func BenchmarkProxyOverhead(b *testing.B) {
 				post(b, client, upstream.URL, "", body)
 				post(b, client, px.URL, "warm", body)
 				post(b, client, plainProxy.URL, "", body)
+				post(b, client, buffering.URL, "", body)
 			}
 			runtime.GC()
 			added := make([]time.Duration, 0, b.N)
 			anchor := make([]time.Duration, 0, b.N)
+			floor := make([]time.Duration, 0, b.N)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				body := bodies[i]
 				direct := post(b, client, upstream.URL, "", body)
 				through := post(b, client, px.URL, "bench", body)
 				plain := post(b, client, plainProxy.URL, "", body)
+				buffered := post(b, client, buffering.URL, "", body)
 				added = append(added, max(0, through-direct))
 				anchor = append(anchor, max(0, plain-direct))
+				floor = append(floor, max(0, buffered-direct))
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(percentile(added, 0.50).Microseconds()), "p50-µs")
 			b.ReportMetric(float64(percentile(added, 0.99).Microseconds()), "p99-µs")
 			b.ReportMetric(float64(percentile(anchor, 0.50).Microseconds()), "rp-p50-µs")
 			b.ReportMetric(float64(percentile(anchor, 0.99).Microseconds()), "rp-p99-µs")
+			b.ReportMetric(float64(percentile(floor, 0.50).Microseconds()), "buf-p50-µs")
+			b.ReportMetric(float64(percentile(floor, 0.99).Microseconds()), "buf-p99-µs")
 			b.ReportMetric(float64(len(bodies[len(bodies)-1])/1024), "body-KiB") // the last measured
 		})
 	}

@@ -305,11 +305,14 @@ func decodeNext(f Format, body []byte, prev *Layout) (*chat.Request, *Layout, bo
 // commonPrefixLen returns the length of the longest common prefix of a and b.
 func commonPrefixLen(a, b []byte) int {
 	n := min(len(a), len(b))
-	// Compare in chunks: bytes.Equal is vectorized; the tail is found byte by byte.
-	const chunk = 256
+	// Compare in chunks, large ones first (bytes.Equal is vectorized, and a call per 256
+	// bytes of a 400 KB body was half the time of the comparison), then the chunk that
+	// differs in small ones, then byte by byte.
 	i := 0
-	for i+chunk <= n && bytes.Equal(a[i:i+chunk], b[i:i+chunk]) {
-		i += chunk
+	for _, chunk := range [...]int{16 << 10, 256} {
+		for i+chunk <= n && bytes.Equal(a[i:i+chunk], b[i:i+chunk]) {
+			i += chunk
+		}
 	}
 	for i < n && a[i] == b[i] {
 		i++

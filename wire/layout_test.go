@@ -361,3 +361,25 @@ func FuzzDecodeNextResponses(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, prev, next []byte) { fuzzNext(t, Responses, prev, next) })
 }
+
+// TestCommonPrefixLen: the length found wherever the two differ, around the chunk sizes the
+// comparison steps by, and when one is a prefix of the other.
+func TestCommonPrefixLen(t *testing.T) {
+	base := make([]byte, 40<<10)
+	for i := range base {
+		base[i] = byte('a' + i%23)
+	}
+	for _, at := range []int{0, 1, 255, 256, 257, 4095, 16<<10 - 1, 16 << 10, 16<<10 + 1, 16<<10 + 300, 32<<10 + 5, len(base) - 1} {
+		other := bytes.Clone(base)
+		other[at] ^= 1
+		if got := commonPrefixLen(base, other); got != at {
+			t.Errorf("differ at %d: got %d", at, got)
+		}
+		if got := commonPrefixLen(base[:at], base); got != at {
+			t.Errorf("prefix of %d bytes: got %d", at, got)
+		}
+	}
+	if got := commonPrefixLen(base, base); got != len(base) {
+		t.Errorf("equal: got %d, want %d", got, len(base))
+	}
+}

@@ -78,4 +78,16 @@ CREATE TABLE events (
 );
 CREATE INDEX events_session ON events (session, id);
 `,
+	// 2: the compaction state in a table of its own, as in the SQLite store (where every
+	// append's touch of sessions.updated re-wrote the state with the row). Here a large state
+	// is TOASTed and an update of another column keeps it, but the two stores share their
+	// statements.
+	`
+CREATE TABLE states (
+	session TEXT COLLATE "C" PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
+	state   BYTEA NOT NULL
+);
+INSERT INTO states (session, state) SELECT id, state FROM sessions WHERE state IS NOT NULL;
+ALTER TABLE sessions DROP COLUMN state;
+`,
 }

@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -20,6 +21,16 @@ func BenchmarkAppend(b *testing.B) {
 // BenchmarkAppendRelaxed is BenchmarkAppend with synchronous=NORMAL (Options.Relaxed).
 func BenchmarkAppendRelaxed(b *testing.B) {
 	storetest.BenchAppend(b, open(b, filepath.Join(b.TempDir(), "ctxmgr.db"), sqlite.Options{Relaxed: true}))
+}
+
+// BenchmarkAppendRelaxedState is BenchmarkAppendRelaxed on a session with a 0, 4 KiB or
+// 64 KiB compaction state: the figures must not grow with it.
+func BenchmarkAppendRelaxedState(b *testing.B) {
+	for _, n := range []int{0, 4 << 10, 64 << 10} {
+		b.Run(fmt.Sprintf("state-%dKiB", n>>10), func(b *testing.B) {
+			storetest.BenchAppendWithState(b, open(b, filepath.Join(b.TempDir(), "ctxmgr.db"), sqlite.Options{Relaxed: true}), n)
+		})
+	}
 }
 
 // BenchmarkLoad reads a whole 2,000-message session back (what loading a session costs).

@@ -73,4 +73,15 @@ CREATE TABLE events (
 );
 CREATE INDEX events_session ON events (session, id);
 `,
+	// 2: the compaction state in a table of its own. In the sessions row, every append's
+	// touch of updated re-read and re-wrote the state's overflow pages (a long session's
+	// state is tens of KB), so an append cost more as the session grew.
+	`
+CREATE TABLE states (
+	session TEXT PRIMARY KEY NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+	state   BLOB NOT NULL
+);
+INSERT INTO states (session, state) SELECT id, state FROM sessions WHERE state IS NOT NULL;
+ALTER TABLE sessions DROP COLUMN state;
+`,
 }

@@ -73,9 +73,9 @@ func newQueries(d *Dialect) queries {
 		readOffload: `SELECT text, expires FROM offloads WHERE session = ? AND key = ?`,
 		cleanup:     `DELETE FROM offloads WHERE expires IS NOT NULL AND expires < ?`,
 
-		putState: `INSERT INTO sessions (id, created, updated, state) VALUES (?, ?, ?, ?)
-			ON CONFLICT (id) DO UPDATE SET updated = ` + newer + `, state = excluded.state`,
-		state: `SELECT state FROM sessions WHERE id = ?`,
+		putState: `INSERT INTO states (session, state) VALUES (?, ?)
+			ON CONFLICT (session) DO UPDATE SET state = excluded.state`,
+		state: `SELECT state FROM states WHERE session = ?`,
 		putConfig: `INSERT INTO sessions (id, created, updated, model, config) VALUES (?, ?, ?, ?, ?)
 			ON CONFLICT (id) DO UPDATE SET updated = ` + newer + `, model = excluded.model, config = excluded.config`,
 		config: `SELECT model, config FROM sessions WHERE id = ?`,
@@ -88,7 +88,7 @@ func newQueries(d *Dialect) queries {
 	if d.LockRows != "" {
 		q.lockOld = `SELECT id FROM sessions WHERE updated < ? ORDER BY id` + d.LockRows
 	}
-	for _, table := range []string{"messages", "summaries", "archive", "offloads", "events"} {
+	for _, table := range []string{"messages", "summaries", "archive", "offloads", "events", "states"} {
 		q.deleteSession = append(q.deleteSession, `DELETE FROM `+table+` WHERE session = ?`)
 	}
 	q.deleteSession = append(q.deleteSession, `DELETE FROM sessions WHERE id = ?`)

@@ -648,8 +648,13 @@ func (s *Store) PutState(ctx context.Context, session string, state []byte) erro
 	if state == nil {
 		state = []byte{}
 	}
-	now := s.d.Time(s.now())
-	_, err := s.w.ExecContext(s.writeCtx(ctx), s.q.putState, session, now, now, state)
+	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		if err := s.lockSession(ctx, tx, session, s.now()); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, s.q.putState, session, state)
+		return err
+	})
 	return s.wrap(ctx, "put state", err)
 }
 

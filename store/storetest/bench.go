@@ -69,6 +69,33 @@ func BenchAppend(b *testing.B, s store.Store) {
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
 }
 
+// BenchAppendWithState is BenchAppend on a session whose compaction state (PutState) is
+// stateBytes long, as a long session's is (the proxy's 100K-token benchmark session carries
+// about 50 KB of views). An append must not cost more for a larger state: the state is
+// written when compaction changes it, not with every message.
+func BenchAppendWithState(b *testing.B, s store.Store, stateBytes int) {
+	ctx := context.Background()
+	Seed(b, s, "bench", SessionLen)
+	state := []byte(`{"views":"` + strings.Repeat("x", max(0, stateBytes-13)) + `"}`)
+	if err := s.PutState(ctx, "bench", state); err != nil {
+		b.Fatal(err)
+	}
+	n := SessionLen
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		if err := s.Append(ctx, "bench", n, []chat.Message{TypicalMessage(n)}); err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+	b.StopTimer()
+	if got, err := s.State(ctx, "bench"); err != nil || len(got) != len(state) {
+		b.Fatalf("state after the appends: %d bytes, %v; want %d", len(got), err, len(state))
+	}
+}
+
 // BenchLoad reads a whole SessionLen-message session back (what loading a session costs).
 func BenchLoad(b *testing.B, s store.Store) {
 	ctx := context.Background()
