@@ -53,14 +53,20 @@ func Preset(name string, window, maxOutput int) (Config, error) {
 		// it pays, in batches: results a later one shows again become references to it (no
 		// recall lost), results older than the 2 newest (and pages of a document read past)
 		// are cut to 3,000 bytes keeping the lines that hold identifiers in play, results
-		// older than the 30 newest are masked. Over the threshold (85%) compaction runs in
+		// older than the 30 newest are masked. Over the threshold (95%) compaction runs in
 		// large batches: masking beyond the 10 newest when it frees 5% of the window, then,
 		// if still over, masking all but the 2 newest, then all but the newest (the
 		// conversation's own messages stay verbatim), and only then summaries down to a 20%
 		// reserve, cut between tool iterations when one turn is the whole run.
 		// The summary may use 6% of the window (at least 1000 tokens): it is what remains
 		// of everything evicted, so it is worth more than its share of a call.
-		w.Threshold, w.Reserve = 0.85, 0.20
+		// The threshold is what must fit, not when to save: saving is the cost model's
+		// call, at any size. Compacting at 85% rewrote requests that would have fit, each a
+		// cache miss and often the run's last calls (a 32K window: 10 summaries on the shared
+		// mini-swe-agent runs against 5 at 95%). The 5% left, beside the 2% safety margin,
+		// absorbs the error of a calibrated estimate (models whose tokenizer is not public)
+		// and lets a background summary be ready before it is needed.
+		w.Threshold, w.Reserve = 0.95, 0.20
 		c := Config{Budget: w}.tuningDefaults()
 		c.ToolResultCap, c.RequestedReadCap = 10000, 4*10000
 		c.MaskKeep, c.AgeOut, c.OldToolResultCap, c.RecentToolResults, c.CostMaskKeep = 10, true, 3000, 2, 30

@@ -399,13 +399,15 @@ func TestResponsesProviderState(t *testing.T) {
 
 // TestResponsesInputTokens: /v1/responses/input_tokens is answered for a known session with
 // the count of what the proxy would forward (far below the client's history), and passed
-// through otherwise.
+// through otherwise. The counted turn is one that does not cross the compaction threshold:
+// the count is the session's request as it stands plus the new messages whole, so it does
+// not foresee a compaction the new messages set off (see managedCount).
 func TestResponsesInputTokens(t *testing.T) {
 	const window = 8192
 	e := newEnv(t, fakeupstream.Options{Window: window, KeepBodies: true}, Config{Window: window, Tune: smallTune})
 	ctx := ctxT(t)
 	a := newResponsesAgent(t, e.px.URL, bigOutput(2500), ooption.WithHeader(SessionHeader, "count"))
-	for i := 0; i < 14; i++ {
+	for i := 0; i < 13; i++ {
 		if _, err := a.turn(ctx, fmt.Sprintf("turn %d: run it", i), false); err != nil {
 			t.Fatal(err)
 		}

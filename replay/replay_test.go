@@ -85,7 +85,7 @@ func TestReplaySample(t *testing.T) {
 		// many turns: default summarizes it too. (At 12K, masking every tool result but the
 		// newest is enough: default then needs no summary.)
 		{name: "8k", trajs: all, window: 8000, maxOutput: 1024, summaries: true, rawOverflows: true},
-		{name: "5k tau-bench", trajs: all[2:], window: 5000, maxOutput: 1024, summaries: true, rawOverflows: true},
+		{name: "4.5k tau-bench", trajs: all[2:], window: 4500, maxOutput: 1024, summaries: true, rawOverflows: true},
 		{name: "defaults", trajs: all},
 	}
 	for _, tc := range tests {
@@ -432,7 +432,7 @@ func TestReplayLLMSummarizer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := Run(context.Background(), sample(t)[2:], Options{Window: 5000, MaxOutput: 1024, Strategies: []string{"default"}, Counter: measuring(t), Summarizer: llm})
+	res, err := Run(context.Background(), sample(t)[2:], Options{Window: 4500, MaxOutput: 1024, Strategies: []string{"default"}, Counter: measuring(t), Summarizer: llm})
 	if err != nil {
 		t.Fatal(err)
 	}
