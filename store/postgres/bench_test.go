@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -13,6 +14,16 @@ import (
 // BenchmarkAppend appends one message at a time to a 2,000-message session (each append a
 // durable transaction).
 func BenchmarkAppend(b *testing.B) { storetest.BenchAppend(b, open(b, postgres.Options{})) }
+
+// BenchmarkAppendState is BenchmarkAppend on a session with a 0, 4 or 64 KiB compaction
+// state, as the SQLite store's BenchmarkAppendRelaxedState: the figures must not grow with it.
+func BenchmarkAppendState(b *testing.B) {
+	for _, n := range []int{0, 4 << 10, 64 << 10} {
+		b.Run(fmt.Sprintf("state-%dKiB", n>>10), func(b *testing.B) {
+			storetest.BenchAppendWithState(b, open(b, postgres.Options{}), n)
+		})
+	}
+}
 
 // BenchmarkLoad reads a whole 2,000-message session back (what loading a session costs).
 func BenchmarkLoad(b *testing.B) { storetest.BenchLoad(b, open(b, postgres.Options{})) }
