@@ -1,11 +1,13 @@
 package sqlite_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/ctxmgr/ctxmgr/chat"
 	"github.com/ctxmgr/ctxmgr/store/sqlite"
@@ -81,3 +83,28 @@ func TestSizeOnDisk(t *testing.T) {
 }
 
 func jsonMarshal(m *chat.Message) ([]byte, error) { return json.Marshal(m) }
+
+// BenchmarkPruneDryRun lists, as `ctxmgr sessions prune --dry-run` does, the sessions idle since
+// a cut-off among 10,000 (one in ten of them): prune is the one query that reads
+// sessions.updated, which has no index since schema version 2.
+func BenchmarkPruneDryRun(b *testing.B) {
+	ctx := context.Background()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := t0
+	s := open(b, filepath.Join(b.TempDir(), "ctxmgr.db"), sqlite.Options{Relaxed: true, Now: func() time.Time { return now }})
+	const sessions = 10000
+	for i := range sessions {
+		now = t0.Add(time.Duration(i) * time.Minute)
+		if err := s.Append(ctx, fmt.Sprintf("s%05d", i), 0, []chat.Message{storetest.TypicalMessage(0)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cut := t0.Add(sessions / 10 * time.Minute)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		infos, err := s.Prune(ctx, cut, true)
+		if err != nil || len(infos) != sessions/10 {
+			b.Fatalf("%d sessions, %v; want %d", len(infos), err, sessions/10)
+		}
+	}
+}
