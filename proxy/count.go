@@ -61,9 +61,9 @@ func (s *Server) handleCountTokens(f Format) http.HandlerFunc {
 // managedCount returns the input tokens of the request the proxy would forward for req, and
 // the session it belongs to, when that session is known: the session's request as it stands
 // plus the messages added since, counted whole. It does not run the pipeline, so when those
-// messages take the request over the compaction threshold the count is the larger figure of
-// the request before compaction (an agent that compacts on its own count then sees what it
-// would have sent without ctxmgr, never less).
+// messages take the request over the compaction threshold the count is that of the request
+// before the compaction the send will make: never below what is sent (an agent that compacts
+// on its own count may compact early, never overflow because of it).
 func (s *Server) managedCount(ctx context.Context, f Format, header string, req *chat.Request) (int, string, bool) {
 	var model string
 	_ = json.Unmarshal(req.Extra["model"], &model)
