@@ -63,8 +63,9 @@ type Config struct {
 	AgeOut bool
 	// CostMaskKeep, when > 0, masks tool results older than the CostMaskKeep newest whenever
 	// the cost model says it pays (batched with superseding and age-out; see AgeOut), not only
-	// over the threshold. It is the main knob of the default preset between cost and recall:
-	// smaller masks sooner. Default 0 (off); it needs AgeOut.
+	// over the threshold. It is the knob between cost and recall that replay's report sweeps
+	// for the default preset (which leaves it off): smaller masks sooner, so costs less and
+	// recalls less. Default 0 (off); it needs AgeOut.
 	CostMaskKeep int
 	// MaskBeforeSummary, when the request is still over the compaction trigger after the
 	// threshold rewrite, masks every tool result but the RecentToolResults newest before

@@ -8,14 +8,16 @@ import (
 	ctxmgr "github.com/ctxmgr/ctxmgr"
 )
 
-// Sweep strategies: the default preset with its main knob between cost and recall,
+// Sweep strategies: the default preset with its knob between cost and recall,
 // ctxmgr.Config.CostMaskKeep (how many of the newest tool results the cost model never masks),
 // set to another value. "default@20" masks beyond the 20 newest when it pays; "default@off"
-// never masks below the threshold. They are drawn with every preset on the report's
-// cost/recall chart, which shows where the preset's own setting sits on the frontier.
+// never masks below the threshold, as the preset itself does. They are drawn with every
+// preset on the report's cost/recall chart, which shows where the preset's own setting sits
+// on the frontier.
 
-// DefaultSweep are the knob values the report sweeps (0: off).
-var DefaultSweep = []int{10, 20, 60, 0}
+// DefaultSweep are the knob values the report sweeps (0: off, the preset's own setting, is
+// not among them).
+var DefaultSweep = []int{10, 20, 30, 60}
 
 // SweepStrategy names the default preset with CostMaskKeep n (0: off).
 func SweepStrategy(n int) string {

@@ -74,9 +74,10 @@ with an error and a non-zero exit rather than measuring the fallback.
 Cost is in units of the price of a million input tokens under --profile:
 anthropic (uncached input 1.25, cached 0.1, output 5) or openai (1, 0.1, 8).
 --json prints one JSON object; --report DIR writes DIR/index.html with charts;
-with --report, default's main knob (how many of the newest tool results the cost
-model never masks) is swept too: default@10, default@20, default@60, default@off
-appear in the tables and on the cost/recall chart beside every preset.`,
+with --report, default's knob between cost and recall (how many of the newest tool
+results the cost model never masks; default leaves it off) is swept too: default@10,
+default@20, default@30, default@60 appear in the tables and on the cost/recall chart
+beside every preset.`,
 		Example: `  ctxmgr replay
   ctxmgr replay --window 32768 --max-output 4096 ../shared/data/trajectories
   ctxmgr replay --strategy raw,masking,default --json runs/
