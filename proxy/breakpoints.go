@@ -40,10 +40,17 @@ type breakpoint struct {
 	value json.RawMessage
 }
 
-// messageBreakpoints lists the breakpoints of a client's messages, in order.
-func messageBreakpoints(msgs []chat.Message) []breakpoint {
+// messageBreakpoints lists the breakpoints of a client's messages, in order: those of known
+// (the breakpoints of an earlier request whose first from messages are msgs[:from]) before
+// from, then those found in msgs[from:]. The result never shares known's array.
+func messageBreakpoints(msgs []chat.Message, from int, known []breakpoint) []breakpoint {
 	var out []breakpoint
-	for i := range msgs {
+	for _, bp := range known {
+		if bp.pos < from {
+			out = append(out, bp)
+		}
+	}
+	for i := from; i < len(msgs); i++ {
 		if v := breakpointOf(&msgs[i]); v != nil {
 			out = append(out, breakpoint{pos: i, value: v})
 		}

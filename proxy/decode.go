@@ -33,7 +33,9 @@ type decoded struct {
 	hashes []nhash // of lay.Request().Messages
 	// firstCmd is the index of the first of those messages that is a command (-1: none).
 	firstCmd int
-	elem     *list.Element
+	// bps are the cache_control breakpoints of those messages (Anthropic bodies only).
+	bps  []breakpoint
+	elem *list.Element
 	used     uint64 // tick of the last lookup or store
 	// extended: a later body continued every message of this one, and appended its hashes
 	// to the array of hashes in place (see wire.Layout; only one continuation may).
@@ -60,17 +62,32 @@ func bodyHead(body []byte) [16]byte {
 	return k
 }
 
+// decodeInfo is what the proxy derives from a decoded request's messages, kept with the
+// cached conversation so that a continuation derives it for its new messages only.
+type decodeInfo struct {
+	hashes []nhash // normalized hashes of the messages
+	// firstCmd is the index of the first message that is a command (-1: none; see
+	// splitCommandsFrom).
+	firstCmd int
+	// bps are the messages' cache_control breakpoints, in order (Anthropic bodies only: the
+	// other formats have none).
+	bps []breakpoint
+}
+
 // decode decodes body in format f, reusing the cached conversation it continues, and returns
-// the request with the normalized hashes of its messages and the index of the first of them
-// that is a command (-1: none; see splitCommandsFrom). The request shares memory with the
-// cache: it must not be modified (replace fields of a copy instead).
-func (c *decodeCache) decode(f Format, body []byte) (*chat.Request, []nhash, int, error) {
+// the request with what is derived from its messages. The request and the info share memory
+// with the cache: they must not be modified (replace fields of a copy instead).
+func (c *decodeCache) decode(f Format, body []byte) (*chat.Request, decodeInfo, error) {
 	if c == nil || c.limit <= 0 {
 		req, err := wire.Decode(f, body)
 		if err != nil {
-			return nil, nil, -1, err
+			return nil, decodeInfo{}, err
 		}
-		return req, hashAll(req.Messages), firstCommand(req.Messages, 0), nil
+		info := decodeInfo{hashes: hashAll(req.Messages), firstCmd: firstCommand(req.Messages, 0)}
+		if f == FormatAnthropic {
+			info.bps = messageBreakpoints(req.Messages, 0, nil)
+		}
+		return req, info, nil
 	}
 	head := bodyHead(body)
 	prev := c.lookup(head, body)
@@ -83,13 +100,19 @@ func (c *decodeCache) decode(f Format, body []byte) (*chat.Request, []nhash, int
 		req, lay, err = wire.DecodeLayout(f, body)
 	}
 	if err != nil {
-		return nil, nil, -1, err
+		return nil, decodeInfo{}, err
 	}
 	out := *req // callers replace fields (tools); the cached request stays as decoded
 	var hashes []nhash
+	var bps []breakpoint
 	first := -1
 	if prev != nil && lay != nil && lay.Reused() > 0 {
 		n := lay.Reused()
+		if f == FormatAnthropic {
+			// The shared prefix's breakpoints are the previous body's; the messages after it
+			// are searched (one that moved its breakpoint is among them: it changed).
+			bps = messageBreakpoints(req.Messages, n, prev.bps)
+		}
 		// The shared prefix is the previous body's: its first command, if there, is this
 		// one's; otherwise only the new messages may hold one.
 		if prev.firstCmd >= 0 && prev.firstCmd < n {
@@ -109,11 +132,14 @@ func (c *decodeCache) decode(f Format, body []byte) (*chat.Request, []nhash, int
 	} else {
 		hashes = hashAll(req.Messages)
 		first = firstCommand(req.Messages, 0)
+		if f == FormatAnthropic {
+			bps = messageBreakpoints(req.Messages, 0, nil)
+		}
 	}
 	if lay != nil {
-		c.store(&decoded{head: head, lay: lay, hashes: hashes, firstCmd: first}, prev)
+		c.store(&decoded{head: head, lay: lay, hashes: hashes, firstCmd: first, bps: bps}, prev)
 	}
-	return &out, hashes, first, nil
+	return &out, decodeInfo{hashes: hashes, firstCmd: first, bps: bps}, nil
 }
 
 // lookup returns the cached body under head that shares the longest prefix with body.

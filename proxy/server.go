@@ -332,8 +332,9 @@ type exchange struct {
 	maxField string
 	bps      []breakpoint
 	bpRoom   int
-	hashes   []nhash // of dec.Messages
-	firstCmd int     // index of the first command in dec.Messages (-1: none)
+	hashes   []nhash      // of dec.Messages
+	firstCmd int          // index of the first command in dec.Messages (-1: none)
+	msgBps   []breakpoint // the breakpoints of dec.Messages (Anthropic)
 
 	log        *slog.Logger
 	upstreamNS int64
@@ -421,9 +422,9 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 		return
 	}
 	x := &exchange{s: s, w: sw, r: r, format: format, log: s.log, body: body}
-	dec, hashes, firstCmd, derr := s.decodes.decode(format, body)
+	dec, di, derr := s.decodes.decode(format, body)
 	if derr == nil {
-		x.hashes, x.firstCmd = hashes, firstCmd
+		x.hashes, x.firstCmd, x.msgBps = di.hashes, di.firstCmd, di.bps
 		x.dec = dec
 		_ = json.Unmarshal(dec.Extra["model"], &x.model)
 		x.stream = boolField(dec.Extra, "stream")
@@ -601,7 +602,11 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 		return nil, info, &unmanagedError{ReasonSingleMessage, errors.New("one user message and no tools: nothing to manage, not stored")}
 	}
 	if x.format == FormatAnthropic {
-		x.bps = messageBreakpoints(msgs)
+		if len(msgs) == len(dec.Messages) {
+			x.bps = x.msgBps // no command taken out: the decoded messages' own
+		} else {
+			x.bps = messageBreakpoints(msgs, 0, nil)
+		}
 		x.bpRoom = maxBreakpoints - setupBreakpoints(dec.System, dec.Tools)
 	}
 	base, src := sessionKey(x.r.Header.Get(SessionHeader), dec, msgs)

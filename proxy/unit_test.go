@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -336,7 +338,8 @@ func TestDecodeKeepsFirstCommand(t *testing.T) {
 		}
 		msgs = append(msgs, map[string]any{"role": role, "content": text})
 		body, _ := json.Marshal(map[string]any{"model": "gpt-4o", "messages": msgs})
-		req, _, first, err := c.decode(FormatOpenAI, body)
+		req, di, err := c.decode(FormatOpenAI, body)
+		first := di.firstCmd
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -351,5 +354,58 @@ func TestDecodeKeepsFirstCommand(t *testing.T) {
 		if len(got) != len(want) || (gotCmd == nil) != (wantCmd == nil) {
 			t.Fatalf("after %d messages: splitCommandsFrom differs from splitCommands", len(msgs))
 		}
+	}
+}
+
+// TestDecodeKeepsBreakpoints: the decode cache's breakpoints, carried from body to body of a
+// growing Anthropic conversation whose newest message carries the moving breakpoint (Claude
+// Code's) beside a fixed one on its first message, are those a full scan finds.
+func TestDecodeKeepsBreakpoints(t *testing.T) {
+	c := newDecodeCache(64 << 20)
+	bp := map[string]any{"type": "ephemeral"}
+	block := func(text string, mark bool) map[string]any {
+		b := map[string]any{"type": "text", "text": text}
+		if mark {
+			b["cache_control"] = bp
+		}
+		return b
+	}
+	system := strings.Repeat("You are a careful agent. ", 80)
+	// The first message, which json.Marshal puts before the system prompt, is past headLen.
+	texts := []string{strings.Repeat("Fix the failing test in pkg/a. ", 60)}
+	reused := 0
+	for i := 0; i < 12; i++ {
+		if i > 0 {
+			texts = append(texts, fmt.Sprintf("turn %d", i))
+		}
+		msgs := make([]map[string]any, len(texts))
+		for j, text := range texts {
+			role := "user"
+			if j%2 == 1 {
+				role = "assistant"
+			}
+			msgs[j] = map[string]any{"role": role, "content": []any{block(text, j == 0 || j == len(texts)-1)}}
+		}
+		body, _ := json.Marshal(map[string]any{"model": "claude-sonnet-4-5", "max_tokens": 1024, "system": system, "messages": msgs})
+		prev := c.lookup(bodyHead(body), body)
+		req, di, err := c.decode(FormatAnthropic, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if prev != nil {
+			reused++
+		}
+		want := messageBreakpoints(req.Messages, 0, nil)
+		if len(di.bps) != len(want) {
+			t.Fatalf("after %d messages: %d breakpoints carried, a scan finds %d", len(texts), len(di.bps), len(want))
+		}
+		for k := range want {
+			if di.bps[k].pos != want[k].pos || !bytes.Equal(di.bps[k].value, want[k].value) {
+				t.Fatalf("after %d messages: breakpoint %d at %d, a scan finds it at %d", len(texts), k, di.bps[k].pos, want[k].pos)
+			}
+		}
+	}
+	if reused < 11 {
+		t.Fatalf("%d of 11 bodies continued a cached one: the test proves nothing", reused)
 	}
 }
