@@ -36,7 +36,7 @@ type decoded struct {
 	// bps are the cache_control breakpoints of those messages (Anthropic bodies only).
 	bps  []breakpoint
 	elem *list.Element
-	used     uint64 // tick of the last lookup or store
+	used uint64 // tick of the last lookup or store
 	// extended: a later body continued every message of this one, and appended its hashes
 	// to the array of hashes in place (see wire.Layout; only one continuation may).
 	extended atomic.Bool
