@@ -129,29 +129,43 @@ func (s *Server) answerRead(ctx context.Context, id string, mgr *managed, sess *
 	if fetch == nil {
 		return fmt.Sprintf("ctxmgr_read: unknown ref %q (%s)", ref, knownRefs(st)), true
 	}
+	// The result, its header and "more" line included, fits maxTokens (unless those two alone
+	// do not): the caller sized the window's room for it, and a result over it made the
+	// follow-up fall back to asking without the read tool, the read lost. Fewer lines first,
+	// then a cut line.
 	n := a.Lines
 	for {
 		text, total, err := fetch(a.FromLine, n)
 		if err != nil {
 			return "ctxmgr_read: " + err.Error(), true
 		}
-		if text != "" && counter.Text(text) > maxTokens && n > 1 {
+		out := readResult(ref, a.FromLine, text, total)
+		if counter.Text(out) <= maxTokens {
+			return out, false
+		}
+		if n > 1 {
 			n /= 2
 			continue
 		}
-		if counter.Text(text) > maxTokens {
-			text = text[:chat.RuneStart(text, maxTokens*2)]
+		for text != "" && counter.Text(out) > maxTokens {
+			text = text[:chat.RuneStart(text, len(text)/2)]
+			out = readResult(ref, a.FromLine, text, total)
 		}
-		shown := store.CountLines(text)
-		last := a.FromLine + shown - 1
-		var b strings.Builder
-		fmt.Fprintf(&b, "[ctxmgr_read %s: lines %d-%d of %d]\n", ref, a.FromLine, last, total)
-		b.WriteString(text)
-		if last < total {
-			fmt.Fprintf(&b, "\n[more: call ctxmgr_read with ref %q and from_line %d]", ref, last+1)
-		}
-		return b.String(), false
+		return out, false
 	}
+}
+
+// readResult is the text of a ctxmgr_read result: a header naming the lines shown, the text,
+// and where to read on when there is more.
+func readResult(ref string, from int, text string, total int) string {
+	last := from + store.CountLines(text) - 1
+	var b strings.Builder
+	fmt.Fprintf(&b, "[ctxmgr_read %s: lines %d-%d of %d]\n", ref, from, last, total)
+	b.WriteString(text)
+	if last < total {
+		fmt.Fprintf(&b, "\n[more: call ctxmgr_read with ref %q and from_line %d]", ref, last+1)
+	}
+	return b.String()
 }
 
 func knownRefs(st ctxmgr.Stats) string {

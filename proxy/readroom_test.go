@@ -63,8 +63,47 @@ func TestReadFollowUpWithinWindow(t *testing.T) {
 		if contains(recs[1].Tools, readToolName) && recs[1].MaxTokens >= int(a.maxOut) {
 			t.Errorf("stream %v: the follow-up offers ctxmgr_read with the client's whole max_tokens (%d)", stream, recs[1].MaxTokens)
 		}
+		// Here the result fits in half the reply's reserve: the read is answered, not dropped.
+		if !contains(recs[1].Tools, readToolName) || !strings.HasPrefix(out, "Read back: [ctxmgr_read") {
+			t.Errorf("stream %v: the read was dropped (follow-up tools %v, answer %q)", stream, recs[1].Tools, out)
+		}
 		t.Logf("stream %v: follow-up offers the read tool: %v, max tokens %d of the client's %d", stream, contains(recs[1].Tools, readToolName), recs[1].MaxTokens, a.maxOut)
 		checkRecords(t, recs, window)
 		a.maxOut = 512
+	}
+}
+
+// TestReadResultFitsItsRoom: a ctxmgr_read result, its header and "more" line included, never
+// exceeds the tokens the follow-up made room for (a result over it made the follow-up ask
+// again without the read tool, so a read the model asked for was lost when the window was
+// nearly full), down to the smallest room followUp asks a result for.
+func TestReadResultFitsItsRoom(t *testing.T) {
+	e := newEnv(t, fakeupstream.Options{}, Config{Tune: smallTune})
+	ctx := ctxT(t)
+	a := newOpenAIAgent(e.px.URL, bigOutput(6000), ooption.WithHeader(SessionHeader, "read-fit"))
+	if _, err := a.turn(ctx, "run the big command", false); err != nil {
+		t.Fatal(err)
+	}
+	e.srv.sessMu.Lock()
+	ps := e.srv.sessions["read-fit"]
+	e.srv.sessMu.Unlock()
+	if ps == nil {
+		t.Fatal("no session \"read-fit\"")
+	}
+	offs := ps.sess.Stats().Offloads
+	if len(offs) == 0 {
+		t.Fatal("nothing offloaded: the test proves nothing")
+	}
+	counter := ps.mgr.m.Config().Counter
+	ref := string(offs[0].Location)
+	for _, room := range []int{128, 160, 200, 400, 1000} { // followUp asks for at least 128
+		args := fmt.Sprintf(`{"ref": %q, "from_line": 1, "lines": 200}`, ref)
+		text, isErr := e.srv.answerRead(ctx, ps.id, ps.mgr, ps.sess, args, room, counter)
+		if isErr || !strings.HasPrefix(text, "[ctxmgr_read ") {
+			t.Fatalf("room %d: %q (error %v)", room, text, isErr)
+		}
+		if n := counter.Text(text); n > room {
+			t.Errorf("room %d: the result takes %d tokens: %q", room, n, text)
+		}
 	}
 }

@@ -986,7 +986,11 @@ func (x *exchange) relayJSON(ctx context.Context, resp *http.Response) {
 }
 
 // followUp builds the request that answers ctxmgr_read calls: the request sent, the
-// assistant message that made the calls, and the results, within the window.
+// assistant message that made the calls, and the results, within the window. The results may
+// take up to half of the reply's reserve besides the window's free room (the follow-up's
+// max_tokens is lowered to what is left, fitReply): a request near the compaction threshold
+// leaves little else, and a read the model asked for is worth more than reply room it rarely
+// fills.
 func (x *exchange) followUp(ctx context.Context, asst chat.Message, calls []readCall) ([]byte, error) {
 	counter := x.mgr.m.Config().Counter
 	req := x.sent
@@ -994,12 +998,13 @@ func (x *exchange) followUp(ctx context.Context, asst chat.Message, calls []read
 	msgs = append(msgs, req.Messages...)
 	msgs = append(msgs, asst)
 	used := counter.Request(&chat.Request{System: req.System, Tools: req.Tools, Messages: msgs}).Total
-	room := x.window - x.maxOut - used - 64*len(calls)
+	reserve := x.maxOut - x.maxOut/2
+	room := x.window - reserve - used - 64*len(calls)
 	if x.window > 0 {
 		room -= x.window / 50 // the margin of estimated counters
 	}
 	per := room / max(1, len(calls))
-	if per < 64 {
+	if per < 128 { // the result's header and "more" line alone take up to about 70
 		return x.withoutRead()
 	}
 	for _, c := range calls {
@@ -1012,7 +1017,7 @@ func (x *exchange) followUp(ctx context.Context, asst chat.Message, calls []read
 		msgs = append(msgs, res)
 	}
 	next := chat.Request{System: req.System, Tools: req.Tools, Messages: msgs}
-	if limit := x.window - x.maxOut - x.window/50; x.window > 0 && counter.Request(&next).Total > limit {
+	if limit := x.window - reserve - x.window/50; x.window > 0 && counter.Request(&next).Total > limit {
 		return x.withoutRead()
 	}
 	return x.encode(next, 0)
