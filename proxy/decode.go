@@ -104,15 +104,13 @@ func (c *decodeCache) decode(f Format, body []byte) (*chat.Request, decodeInfo, 
 	}
 	out := *req // callers replace fields (tools); the cached request stays as decoded
 	var hashes []nhash
-	var bps []breakpoint
 	first := -1
+	// The breakpoints of a shared prefix are the previous body's; the messages after it are
+	// searched (one that moved its breakpoint is among them: it changed).
+	from, known := 0, []breakpoint(nil)
 	if prev != nil && lay != nil && lay.Reused() > 0 {
 		n := lay.Reused()
-		if f == FormatAnthropic {
-			// The shared prefix's breakpoints are the previous body's; the messages after it
-			// are searched (one that moved its breakpoint is among them: it changed).
-			bps = messageBreakpoints(req.Messages, n, prev.bps)
-		}
+		from, known = n, prev.bps
 		// The shared prefix is the previous body's: its first command, if there, is this
 		// one's; otherwise only the new messages may hold one.
 		if prev.firstCmd >= 0 && prev.firstCmd < n {
@@ -132,9 +130,10 @@ func (c *decodeCache) decode(f Format, body []byte) (*chat.Request, decodeInfo, 
 	} else {
 		hashes = hashAll(req.Messages)
 		first = firstCommand(req.Messages, 0)
-		if f == FormatAnthropic {
-			bps = messageBreakpoints(req.Messages, 0, nil)
-		}
+	}
+	var bps []breakpoint
+	if f == FormatAnthropic {
+		bps = messageBreakpoints(req.Messages, from, known)
 	}
 	if lay != nil {
 		c.store(&decoded{head: head, lay: lay, hashes: hashes, firstCmd: first, bps: bps}, prev)

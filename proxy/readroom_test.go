@@ -107,3 +107,21 @@ func TestReadResultFitsItsRoom(t *testing.T) {
 		}
 	}
 }
+
+// TestReadRoomNearThreshold: a request near default's 95% threshold still leaves a
+// ctxmgr_read result room, borrowed from the reply's reserve. The figures are those of the
+// e2e's Claude Code run whose read was dropped when the result had only the window's free
+// room: 27,769 tokens sent with 11,339 of reply reserve in a 40,000-token window.
+func TestReadRoomNearThreshold(t *testing.T) {
+	per, limit := readRoom(40000, 11339, 27769+60, 1)
+	if per < 2000 {
+		t.Errorf("one result gets %d tokens; want at least 2000 (half the reserve is %d)", per, 11339/2)
+	}
+	if limit+11339/2 > 40000 {
+		t.Errorf("limit %d leaves the reply less than half its reserve", limit)
+	}
+	// Without a reserve to borrow from, the window's free room alone, less the margin.
+	if per, _ := readRoom(8192, 0, 8000, 1); per >= 0 {
+		t.Errorf("a full window still gives a result %d tokens", per)
+	}
+}

@@ -332,9 +332,7 @@ type exchange struct {
 	maxField string
 	bps      []breakpoint
 	bpRoom   int
-	hashes   []nhash      // of dec.Messages
-	firstCmd int          // index of the first command in dec.Messages (-1: none)
-	msgBps   []breakpoint // the breakpoints of dec.Messages (Anthropic)
+	di       decodeInfo // derived from dec.Messages (their hashes, first command, breakpoints)
 
 	log        *slog.Logger
 	upstreamNS int64
@@ -424,7 +422,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 	x := &exchange{s: s, w: sw, r: r, format: format, log: s.log, body: body}
 	dec, di, derr := s.decodes.decode(format, body)
 	if derr == nil {
-		x.hashes, x.firstCmd, x.msgBps = di.hashes, di.firstCmd, di.bps
+		x.di = di
 		x.dec = dec
 		_ = json.Unmarshal(dec.Extra["model"], &x.model)
 		x.stream = boolField(dec.Extra, "stream")
@@ -597,20 +595,20 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 	}
 	x.window, x.maxOut = window, mgr.m.Config().Budget.MaxOutput
 	dec.Tools = stripReadTool(dec.Tools)
-	msgs, cmd := splitCommandsFrom(dec.Messages, x.firstCmd)
+	msgs, cmd := splitCommandsFrom(dec.Messages, x.di.firstCmd)
 	if cmd == nil && len(dec.Tools) == 0 && len(msgs) == 1 && msgs[0].Role == chat.RoleUser {
 		return nil, info, &unmanagedError{ReasonSingleMessage, errors.New("one user message and no tools: nothing to manage, not stored")}
 	}
 	if x.format == FormatAnthropic {
 		if len(msgs) == len(dec.Messages) {
-			x.bps = x.msgBps // no command taken out: the decoded messages' own
+			x.bps = x.di.bps // no command taken out: the decoded messages' own
 		} else {
 			x.bps = messageBreakpoints(msgs, 0, nil)
 		}
 		x.bpRoom = maxBreakpoints - setupBreakpoints(dec.System, dec.Tools)
 	}
 	base, src := sessionKey(x.r.Header.Get(SessionHeader), dec, msgs)
-	hashes := x.hashes[:len(msgs)]
+	hashes := x.di.hashes[:len(msgs)]
 	if len(msgs) > 0 && &msgs[0] != &dec.Messages[0] {
 		hashes = hashAll(msgs) // earlier commands and their answers were taken out
 	}
@@ -998,12 +996,7 @@ func (x *exchange) followUp(ctx context.Context, asst chat.Message, calls []read
 	msgs = append(msgs, req.Messages...)
 	msgs = append(msgs, asst)
 	used := counter.Request(&chat.Request{System: req.System, Tools: req.Tools, Messages: msgs}).Total
-	reserve := x.maxOut - x.maxOut/2
-	room := x.window - reserve - used - 64*len(calls)
-	if x.window > 0 {
-		room -= x.window / 50 // the margin of estimated counters
-	}
-	per := room / max(1, len(calls))
+	per, limit := readRoom(x.window, x.maxOut, used, len(calls))
 	if per < 128 { // the result's header and "more" line alone take up to about 70
 		return x.withoutRead()
 	}
@@ -1017,10 +1010,20 @@ func (x *exchange) followUp(ctx context.Context, asst chat.Message, calls []read
 		msgs = append(msgs, res)
 	}
 	next := chat.Request{System: req.System, Tools: req.Tools, Messages: msgs}
-	if limit := x.window - reserve - x.window/50; x.window > 0 && counter.Request(&next).Total > limit {
+	if x.window > 0 && counter.Request(&next).Total > limit {
 		return x.withoutRead()
 	}
 	return x.encode(next, 0)
+}
+
+// readRoom returns the tokens each of n ctxmgr_read results may take in a follow-up whose
+// request, with the assistant message that made the calls, counts used tokens, and the limit
+// on the follow-up's input: the window less half the reply's reserve (maxOut; fitReply lowers
+// the follow-up's max_tokens to what is left) and the margin of estimated counters (2%), with
+// 64 tokens for each result's framing.
+func readRoom(window, maxOut, used, n int) (per, limit int) {
+	limit = window - (maxOut - maxOut/2) - window/50
+	return (limit - used - 64*n) / max(1, n), limit
 }
 
 // withoutRead is the follow-up when a ctxmgr_read result has no room in the window: the
