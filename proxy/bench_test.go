@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctxmgr/ctxmgr/store"
 	"github.com/ctxmgr/ctxmgr/store/sqlite"
 	"github.com/ctxmgr/ctxmgr/tokens"
 )
@@ -238,13 +239,19 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	// As ctxmgr serve runs on SQLite: a request's messages are written while the upstream
 	// works. CTXMGR_BENCH_WRITE_FIRST=1 writes them before (Config.SharedStore, as on a
 	// PostgreSQL store several instances share), to compare the two in one build.
+	// CTXMGR_BENCH_MEM=1 puts the sessions in memory (store.NewMemory) instead, to see what
+	// the SQLite write adds.
 	shared := os.Getenv("CTXMGR_BENCH_WRITE_FIRST") != ""
 	newProxy := func(b *testing.B, window int, up *httptest.Server) *httptest.Server {
 		st, err := sqlite.Open(filepath.Join(b.TempDir(), "bench.db"), sqlite.Options{Relaxed: true, CheckpointEvery: 200 * time.Millisecond}) // as ctxmgr serve opens it
 		if err != nil {
 			b.Fatal(err)
 		}
-		srv, err := New(Config{UpstreamOpenAI: up.URL, UpstreamAnthropic: up.URL, Store: st, SharedStore: shared, Window: window, Logger: quietLogger()})
+		var sst store.Store = st
+		if os.Getenv("CTXMGR_BENCH_MEM") != "" {
+			sst = store.NewMemory()
+		}
+		srv, err := New(Config{UpstreamOpenAI: up.URL, UpstreamAnthropic: up.URL, Store: sst, SharedStore: shared, Window: window, Logger: quietLogger()})
 		if err != nil {
 			b.Fatal(err)
 		}

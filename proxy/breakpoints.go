@@ -287,16 +287,25 @@ func placeBreakpointsKnown(msgs []chat.Message, rep ctxmgr.Report, bps []breakpo
 		}
 		out[i] = m
 	}
+	// A request that continues the last one's slice (Prepare extends its slice while
+	// nothing already sent changes, and never modifies what it returned) holds the clean
+	// messages themselves in its first len(clean): only the breakpoints wanted there, and
+	// what follows, are looked at. Otherwise every message is, each against its clean
+	// counterpart.
+	known := 0
+	if len(clean) > 0 && len(msgs) >= len(clean) && &msgs[0] == &clean[0] {
+		known = len(clean)
+	}
 	anyHas := false
-	for i := range msgs {
+	visit := func(i int) {
 		v, ok := want[i]
 		has := false
-		if i >= len(clean) || !msgs[i].Shares(&clean[i]) {
+		if i >= known && (i >= len(clean) || !msgs[i].Shares(&clean[i])) {
 			has = breakpointOf(&msgs[i]) != nil
 			anyHas = anyHas || has
 		}
 		if !ok && !has {
-			continue
+			return
 		}
 		m := stripBreakpoints(msgs[i])
 		if ok {
@@ -305,6 +314,14 @@ func placeBreakpointsKnown(msgs []chat.Message, rep ctxmgr.Report, bps []breakpo
 			}
 		}
 		change(i, m)
+	}
+	for _, i := range order {
+		if i < known {
+			visit(i)
+		}
+	}
+	for i := known; i < len(msgs); i++ {
+		visit(i)
 	}
 	var nextClean []chat.Message
 	if !anyHas {

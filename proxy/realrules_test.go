@@ -338,3 +338,62 @@ func TestCountTokens(t *testing.T) {
 		t.Fatalf("an unknown history was answered by the proxy: %s", answer)
 	}
 }
+
+// TestUnchangedForwardedVerbatim: a request the pipeline leaves as it is goes upstream as the
+// client's own bytes, in every format, also for a model counted by a calibrated estimate
+// (Claude: no exact tokenizer; each region's count is scaled and rounded up, and a total
+// counted another way differed by a few tokens, so every Claude request was re-encoded).
+func TestUnchangedForwardedVerbatim(t *testing.T) {
+	cc := `,"cache_control":{"type":"ephemeral"}`
+	cases := []struct {
+		path  string
+		turns func(n int) string
+	}{
+		{"/v1/messages", func(n int) string {
+			var msgs []string
+			for i := 0; i < n; i++ {
+				msgs = append(msgs, fmt.Sprintf(`{"role":"user","content":[{"type":"text","text":"step %d: what next?"}]}`, i),
+					fmt.Sprintf(`{"role":"assistant","content":[{"type":"tool_use","id":"toolu_%d","name":"bash","input":{"cmd":"ls %d"}}]}`, i, i),
+					fmt.Sprintf(`{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_%d","content":"a.go b.go %d"}]}`, i, i))
+			}
+			msgs = append(msgs, `{"role":"user","content":[{"type":"text","text":"go on"`+cc+`}]}`)
+			return `{"model":"claude-sonnet-4-5","max_tokens":1024,"system":[{"type":"text","text":"You are a coding agent."` + cc + `}],` +
+				`"tools":[{"name":"bash","description":"run","input_schema":{"type":"object","properties":{"cmd":{"type":"string"}}}}],"messages":[` + strings.Join(msgs, ",") + `]}`
+		}},
+		{"/v1/chat/completions", func(n int) string {
+			msgs := []string{`{"role":"system","content":"You are a coding agent."}`}
+			for i := 0; i < n; i++ {
+				msgs = append(msgs, fmt.Sprintf(`{"role":"user","content":"step %d: what next?"}`, i),
+					fmt.Sprintf(`{"role":"assistant","content":null,"tool_calls":[{"id":"call_%d","type":"function","function":{"name":"bash","arguments":"{\"cmd\":\"ls %d\"}"}}]}`, i, i),
+					fmt.Sprintf(`{"role":"tool","tool_call_id":"call_%d","content":"a.go b.go %d"}`, i, i))
+			}
+			msgs = append(msgs, `{"role":"user","content":"go on"}`)
+			return `{"model":"gpt-4o","tools":[{"type":"function","function":{"name":"bash","parameters":{"type":"object","properties":{"cmd":{"type":"string"}}}}}],"messages":[` + strings.Join(msgs, ",") + `]}`
+		}},
+		{"/v1/responses", func(n int) string {
+			var items []string
+			for i := 0; i < n; i++ {
+				items = append(items, fmt.Sprintf(`{"type":"message","role":"user","content":[{"type":"input_text","text":"step %d: what next?"}]}`, i),
+					fmt.Sprintf(`{"type":"function_call","call_id":"call_%d","name":"shell","arguments":"{\"cmd\":\"ls %d\"}"}`, i, i),
+					fmt.Sprintf(`{"type":"function_call_output","call_id":"call_%d","output":"a.go b.go %d"}`, i, i))
+			}
+			items = append(items, `{"type":"message","role":"user","content":[{"type":"input_text","text":"go on"}]}`)
+			return `{"model":"gpt-5-codex","instructions":"You are Codex.","store":false,"tools":[{"type":"function","name":"shell","parameters":{"type":"object","properties":{"cmd":{"type":"string"}}}}],"input":[` + strings.Join(items, ",") + `]}`
+		}},
+	}
+	for _, c := range cases {
+		t.Run(strings.TrimPrefix(c.path, "/v1/"), func(t *testing.T) {
+			e := newEnv(t, fakeupstream.Options{KeepBodies: true}, Config{})
+			for n := 1; n <= 4; n++ {
+				body := c.turns(n)
+				if status, _, answer := postRaw(t, e.px.URL, c.path, body); status != 200 {
+					t.Fatalf("request %d: %d %s", n, status, answer)
+				}
+				recs := e.fake.Records()
+				if got := string(recs[len(recs)-1].Body); got != body {
+					t.Fatalf("request %d was not forwarded verbatim:\nsent %s\ngot  %s", n, body, got)
+				}
+			}
+		})
+	}
+}

@@ -52,6 +52,7 @@ type Server struct {
 	decodes *decodeCache
 	// bodyPool keeps the buffers forwarded bodies are encoded into (bodies.go).
 	bodyPool sync.Pool
+	flushers *flushers
 
 	closed atomic.Bool
 }
@@ -72,6 +73,7 @@ func New(cfg Config) (*Server, error) {
 		sessions: map[string]*psession{},
 		lru:      list.New(),
 		decodes:  newDecodeCache(cfg.DecodeCacheBytes),
+		flushers: newFlushers(),
 	}
 	// Load the default vocabulary now rather than in the first request.
 	if c, err := tokens.ForEncoding(tokens.O200kBase); err == nil {
@@ -358,7 +360,7 @@ func (x *exchange) startFlush() {
 	}
 	x.flush = make(chan error, 1)
 	sess, ctx := x.sess, context.WithoutCancel(x.r.Context())
-	go func() { x.flush <- sess.Flush(ctx) }()
+	x.s.flushers.run(func() { x.flush <- sess.Flush(ctx) })
 }
 
 // awaitFlush waits for startFlush's write. It must succeed before anything of the answer is
@@ -638,7 +640,6 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 		info = append(info, slog.String("command", cmd.name))
 		return nil, info, errAnswered
 	}
-	counter := ps.mgr.m.Config().Counter
 	p, err := ps.sess.Prepare(ctx)
 	if err == nil && !ps.readTool && (len(p.Report.Steps) > 0 || p.Report.Evicted > 0) {
 		// Only a step of the pipeline stores content to read back (an ingestion offload is
@@ -648,13 +649,17 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 		}
 	}
 	x.readTool = ps.readTool
-	before := counter.Request(&chat.Request{System: dec.System, Tools: dec.Tools}).Total + ps.orig
+	// The client's request as the session counts it: its system and tools as Prepare found
+	// them (priming included), and the original history. Counted region by region, as
+	// InputAfter is: the calibrated counter of a model without an exact tokenizer scales
+	// each count and rounds it up, so a total counted otherwise differs by a few tokens and
+	// an unchanged request would never be seen as one.
+	before := p.Report.Before.System + p.Report.Before.Tools + ps.orig
 	ps.mu.Unlock()
 	if err != nil {
 		return nil, info, err
 	}
 	x.window = p.Report.Window // smaller than configured once Recover learned the real window
-	x.place(&p)
 	s.metrics.tokensBefore.WithLabelValues(string(x.format)).Observe(float64(before))
 	s.metrics.tokensAfter.WithLabelValues(string(x.format)).Observe(float64(p.Report.InputAfter))
 	if p.Report.PrefixChanged {
@@ -675,6 +680,8 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 		return x.body, info, nil
 	}
 	logDecision(ctx, x.log, &p.Report, false)
+	// Breakpoints are placed on a rewritten request only: the client's own bytes carry its own.
+	x.place(&p)
 	out, err := x.encode(p.Request, p.Report.InputAfter)
 	if err != nil {
 		return nil, info, err
@@ -888,7 +895,8 @@ func (x *exchange) observeUsage(reported int) {
 type sentCount struct {
 	mu     sync.Mutex
 	msgs   []chat.Message // the previous request's (kept alive: see chat.Message.Shares)
-	n      []int
+	n      []int          // the count of each of msgs
+	sum    int            // of n
 	sys    []chat.Message
 	sysN   int
 	tools  []chat.Tool
@@ -907,18 +915,28 @@ func (c *sentCount) total(base tokens.Counter, r *chat.Request) int {
 	if len(r.Tools) != len(c.tools) || len(r.Tools) > 0 && &r.Tools[0] != &c.tools[0] {
 		c.tools, c.toolsN = r.Tools, base.Tools(r.Tools)
 	}
-	total := c.sysN + c.toolsN + tokens.ReplyPriming
-	n := make([]int, len(r.Messages))
-	for i := range r.Messages {
-		if i < len(c.msgs) && r.Messages[i].Shares(&c.msgs[i]) {
-			n[i] = c.n[i]
-		} else {
-			n[i] = base.Message(&r.Messages[i])
+	msgs := r.Messages
+	if len(c.msgs) > 0 && len(msgs) >= len(c.msgs) && &msgs[0] == &c.msgs[0] {
+		// The same slice, extended (Prepare extends its slice while nothing already sent
+		// changes, and never modifies what it returned): only the new messages are counted.
+		for i := len(c.msgs); i < len(msgs); i++ {
+			k := base.Message(&msgs[i])
+			c.n, c.sum = append(c.n, k), c.sum+k
 		}
-		total += n[i]
+	} else {
+		n, sum := make([]int, len(msgs)), 0
+		for i := range msgs {
+			if i < len(c.msgs) && msgs[i].Shares(&c.msgs[i]) {
+				n[i] = c.n[i]
+			} else {
+				n[i] = base.Message(&msgs[i])
+			}
+			sum += n[i]
+		}
+		c.n, c.sum = n, sum
 	}
-	c.msgs, c.n = r.Messages, n
-	return total
+	c.msgs = msgs
+	return c.sysN + c.toolsN + tokens.ReplyPriming + c.sum
 }
 
 // sharesAll reports whether a and b hold the same messages (chat.Message.Shares).

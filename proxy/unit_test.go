@@ -321,6 +321,20 @@ func TestPlaceBreakpointsKnown(t *testing.T) {
 	if clean2 != nil || !reflect.DeepEqual(got, placeBreakpoints(marked, rep, bps, 4)) {
 		t.Fatalf("a message with a breakpoint: clean %d", len(clean2))
 	}
+	// A call whose slice continues the clean one's array (as Prepare extends its slice) is
+	// searched only past it, yet a breakpoint wanted inside the known part is placed there.
+	base := make([]chat.Message, len(msgs), 10)
+	copy(base, msgs)
+	_, clean = placeBreakpointsKnown(base, rep, bps, 4, nil)
+	grown := append(base, chat.TextMessage(chat.RoleAssistant, "d"), chat.TextMessage(chat.RoleUser, "e"))
+	moved := []breakpoint{{0, v}, {4, v}}
+	got, clean3 := placeBreakpointsKnown(grown, rep, moved, 4, clean)
+	if !reflect.DeepEqual(got, placeBreakpoints(grown, rep, moved, 4)) || len(clean3) != len(grown) {
+		t.Fatalf("continued slice: %+v, clean %d", got, len(clean3))
+	}
+	if breakpointOf(&got[0]) == nil || breakpointOf(&got[4]) == nil || breakpointOf(&got[2]) != nil {
+		t.Fatal("continued slice: breakpoints not where wanted")
+	}
 }
 
 // TestDecodeKeepsFirstCommand: the decode cache's index of the first command, carried from
