@@ -245,7 +245,8 @@ export function checkManaged(m) {
   const unmanaged = Object.entries(m.series).filter(([k, v]) => k.startsWith('ctxmgr_unmanaged_requests_total') && !k.includes('reason="path"') && v > 0);
   if (unmanaged.length) fails.push(`requests forwarded unmanaged: ${unmanaged.map(([k, v]) => `${k} ${v}`).join(', ')}`);
   const branches = m.get('ctxmgr_branches_total');
-  return { fails, summary: `${compactions} compactions, tokens ${before} before / ${after} after management, ${branches} branches` };
+  const verbatim = m.get('ctxmgr_verbatim_requests_total');
+  return { fails, summary: `${compactions} compactions, tokens ${before} before / ${after} after management, ${verbatim} forwarded verbatim, ${branches} branches` };
 }
 
 // unmanagedReasons returns the proxy log's reasons for unmanaged requests (first few).

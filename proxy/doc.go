@@ -149,7 +149,8 @@
 // Config.Registry is set): ctxmgr_requests_total{format,status}, ctxmgr_upstream_seconds,
 // ctxmgr_tokens_before and ctxmgr_tokens_after, ctxmgr_compactions_total{trigger},
 // ctxmgr_recoveries_total, ctxmgr_summarizer_fallbacks_total, ctxmgr_prefix_changed_total and
-// ctxmgr_prefix_kept_total (cache-friendly requests), ctxmgr_commands_total, ctxmgr_reads_total,
+// ctxmgr_prefix_kept_total (cache-friendly requests), ctxmgr_verbatim_requests_total{format}
+// (left unchanged: the client's own bytes forwarded), ctxmgr_commands_total, ctxmgr_reads_total,
 // ctxmgr_branches_total, ctxmgr_session_reloads_total, ctxmgr_unmanaged_requests_total{reason},
 // ctxmgr_max_tokens_lowered_total, ctxmgr_usage_ratio and ctxmgr_overhead_seconds. Every
 // request, pass-through ones included, is logged once with its path, status, model, session

@@ -23,6 +23,7 @@ type metrics struct {
 	fallbacks     prometheus.Counter
 	prefixChanged prometheus.Counter
 	prefixKept    prometheus.Counter
+	verbatim      *prometheus.CounterVec // format
 	commands      *prometheus.CounterVec // command
 	reads         prometheus.Counter
 	branches      prometheus.Counter
@@ -56,6 +57,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Requests whose prefix changed since the previous request of the session (prompt-cache miss)."}),
 		prefixKept: prometheus.NewCounter(prometheus.CounterOpts{Name: "ctxmgr_prefix_kept_total",
 			Help: "Requests that extend the previous request of the session (cache-friendly)."}),
+		verbatim: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ctxmgr_verbatim_requests_total",
+			Help: "Managed requests the pipeline left unchanged, forwarded as the client's own bytes, by API format."}, []string{"format"}),
 		commands: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ctxmgr_commands_total",
 			Help: "Conversation commands answered by the proxy."}, []string{"command"}),
 		reads: prometheus.NewCounter(prometheus.CounterOpts{Name: "ctxmgr_reads_total",
@@ -80,10 +83,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14)}, []string{"format"}),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.upstream, m.tokensBefore, m.tokensAfter, m.compactions, m.recoveries,
-		m.fallbacks, m.prefixChanged, m.prefixKept, m.commands, m.reads, m.branches, m.reloads, m.unmanaged, m.lowered, m.busy, m.notStored, m.usageRatio, m.overhead} {
+		m.fallbacks, m.prefixChanged, m.prefixKept, m.verbatim, m.commands, m.reads, m.branches, m.reloads, m.unmanaged, m.lowered, m.busy, m.notStored, m.usageRatio, m.overhead} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
+	}
+	for _, f := range []Format{FormatOpenAI, FormatAnthropic, FormatResponses} {
+		m.verbatim.WithLabelValues(string(f))
 	}
 	for _, l := range []string{"auto", "manual"} {
 		m.compactions.WithLabelValues(l)

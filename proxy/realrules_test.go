@@ -394,6 +394,9 @@ func TestUnchangedForwardedVerbatim(t *testing.T) {
 					t.Fatalf("request %d was not forwarded verbatim:\nsent %s\ngot  %s", n, body, got)
 				}
 			}
+			if got := counterSum(e.srv.metrics.verbatim); got != 4 {
+				t.Fatalf("ctxmgr_verbatim_requests_total = %v, want 4", got)
+			}
 		})
 	}
 }

@@ -676,6 +676,7 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 		x.sent, x.sentN = *dec, p.Report.InputAfter
 		x.sent.System, x.sent.Tools, x.sent.Messages = p.Request.System, p.Request.Tools, p.Request.Messages
 		info = append(info, slog.Bool("verbatim", true))
+		s.metrics.verbatim.WithLabelValues(string(x.format)).Inc()
 		logDecision(ctx, x.log, &p.Report, true)
 		return x.body, info, nil
 	}
