@@ -656,6 +656,9 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 	// an unchanged request would never be seen as one.
 	before := p.Report.Before.System + p.Report.Before.Tools + ps.orig
 	ps.mu.Unlock()
+	// The new messages are written while the request is placed, encoded and sent (the write
+	// holds the session's lock, which Prepare needed).
+	x.startFlush()
 	if err != nil {
 		return nil, info, err
 	}
