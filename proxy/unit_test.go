@@ -293,6 +293,16 @@ func TestSentCount(t *testing.T) {
 	check("new tools")
 	r.Messages = r.Messages[:1]
 	check("rewound")
+	// A slice that continues the last one's array (as Prepare extends its slice): only the
+	// new messages are counted, and the total still is the whole request's.
+	room := make([]chat.Message, 1, 8)
+	copy(room, r.Messages)
+	r.Messages = room
+	check("another array")
+	for i := range 3 {
+		r.Messages = append(r.Messages, chat.TextMessage(chat.RoleUser, strings.Repeat("step ", 10*(i+1))))
+		check(fmt.Sprintf("extended in place %d", i))
+	}
 }
 
 // TestPlaceBreakpointsKnown: with the clean list of the previous call, the result is the one
