@@ -280,8 +280,12 @@ func BenchmarkProxyOverhead(b *testing.B) {
 		// A history larger than the window: compacted, so every request is re-encoded with
 		// the summary (the steady state of a long session).
 		{"latency-100K-compacted", 100000, 64000, FormatOpenAI, false},
-		// Claude Code's format, with its moving cache_control breakpoint.
+		// Claude Code's format, with its moving cache_control breakpoint: left unchanged, so
+		// forwarded as the client's bytes.
 		{"latency-100K-anthropic", 100000, 200000, FormatAnthropic, false},
+		// The same compacted: every request is rewritten (breakpoints placed, encoded), as in
+		// a long Claude Code session.
+		{"latency-100K-anthropic-compacted", 100000, 64000, FormatAnthropic, false},
 		// Codex CLI's: the Responses API, stateless.
 		{"latency-100K-responses", 100000, 200000, FormatResponses, false},
 		// An upstream that takes 2 ms to answer (a real provider takes hundreds): what the

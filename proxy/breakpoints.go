@@ -234,16 +234,32 @@ func withBreakpoint(m chat.Message, v json.RawMessage) (chat.Message, bool) {
 // message breakpoints the request may carry (the API's four less those on system and tools).
 // The prepared request's slice is not modified: a copy is returned when anything changes.
 func placeBreakpoints(msgs []chat.Message, rep ctxmgr.Report, bps []breakpoint, room int) []chat.Message {
-	out, _ := placeBreakpointsKnown(msgs, rep, bps, room, nil)
+	subs, _ := placeBreakpointsKnown(msgs, rep, bps, room, nil)
+	return withSubs(msgs, subs)
+}
+
+// withSubs returns msgs with the message at each key of subs replaced by its value: msgs
+// itself when there are none, else a copy.
+func withSubs(msgs []chat.Message, subs map[int]chat.Message) []chat.Message {
+	if len(subs) == 0 {
+		return msgs
+	}
+	out := slices.Clone(msgs)
+	for i, m := range subs {
+		out[i] = m
+	}
 	return out
 }
 
-// placeBreakpointsKnown is placeBreakpoints for a caller that remembers the messages of its
-// last call that carried no breakpoint: clean (by position) lists them, and a message that is
-// the same value as its clean counterpart (chat.Message.Shares) is not searched again (the
-// search parses block JSON, for every message of every request). It returns the request's
-// messages and, when none of msgs carries a breakpoint, msgs as the next call's clean list.
-func placeBreakpointsKnown(msgs []chat.Message, rep ctxmgr.Report, bps []breakpoint, room int, clean []chat.Message) ([]chat.Message, []chat.Message) {
+// placeBreakpointsKnown is placeBreakpoints for a caller that encodes the substitutes
+// itself (wire.AppendAnthropicCachedWith), so that the prepared slice, which the next
+// request's continues, is never copied: it returns the messages that change, by position,
+// nil when none does. The caller also remembers the messages of its last call that carried
+// no breakpoint: clean (by position) lists them, and a message that is the same value as its
+// clean counterpart (chat.Message.Shares) is not searched again (the search parses block
+// JSON, for every message of every request). When none of msgs carries a breakpoint, it
+// returns msgs as the next call's clean list.
+func placeBreakpointsKnown(msgs []chat.Message, rep ctxmgr.Report, bps []breakpoint, room int, clean []chat.Message) (map[int]chat.Message, []chat.Message) {
 	// Where each request message comes from: [pinned] [summary] history[Evicted:].
 	offset, summaryAt, pinnedAt := 0, -1, -1
 	if rep.Pinned >= 0 && len(msgs) > 0 {
@@ -280,12 +296,12 @@ func placeBreakpointsKnown(msgs []chat.Message, rep ctxmgr.Report, bps []breakpo
 		delete(want, order[0])
 		order = order[1:]
 	}
-	var out []chat.Message
+	var subs map[int]chat.Message
 	change := func(i int, m chat.Message) {
-		if out == nil {
-			out = slices.Clone(msgs)
+		if subs == nil {
+			subs = make(map[int]chat.Message, len(want)+1)
 		}
-		out[i] = m
+		subs[i] = m
 	}
 	// A request that continues the last one's slice (Prepare extends its slice while
 	// nothing already sent changes, and never modifies what it returned) holds the clean
@@ -327,8 +343,5 @@ func placeBreakpointsKnown(msgs []chat.Message, rep ctxmgr.Report, bps []breakpo
 	if !anyHas {
 		nextClean = msgs
 	}
-	if out == nil {
-		return msgs, nextClean
-	}
-	return out, nextClean
+	return subs, nextClean
 }

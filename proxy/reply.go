@@ -105,7 +105,9 @@ func (x *exchange) place(p *ctxmgr.Prepared) {
 	if c := x.ps.clean.Load(); c != nil {
 		clean = *c
 	}
-	out, next := placeBreakpointsKnown(p.Request.Messages, p.Report, x.bps, x.bpRoom, clean)
+	// The prepared messages stay as they are (the next request's continue their slice), and
+	// the messages that change are encoded in their place (encodeSession).
+	subs, next := placeBreakpointsKnown(p.Request.Messages, p.Report, x.bps, x.bpRoom, clean)
 	x.ps.clean.Store(&next)
-	p.Request.Messages = out
+	x.subs = subs
 }

@@ -335,6 +335,10 @@ type exchange struct {
 	bps      []breakpoint
 	bpRoom   int
 	di       decodeInfo // derived from dec.Messages (their hashes, first command, breakpoints)
+	// subs are the messages of the prepared request that carry the client's breakpoints in
+	// what is sent, by position (place; Anthropic, with a session): the request's messages,
+	// x.sent's included, stay the prepared ones, and the encoder puts these in their place.
+	subs map[int]chat.Message
 
 	log        *slog.Logger
 	upstreamNS int64
@@ -745,7 +749,7 @@ func (x *exchange) encodeBody(out *chat.Request) ([]byte, error) {
 func (x *exchange) encodeSession(out *chat.Request, dst []byte) ([]byte, error) {
 	switch x.format {
 	case FormatAnthropic:
-		return wire.AppendAnthropicCached(dst, out, x.ps.blocks)
+		return wire.AppendAnthropicCachedWith(dst, out, x.ps.blocks, x.subs)
 	case FormatResponses:
 		return wire.AppendResponsesCached(dst, out, x.ps.blocks)
 	case FormatOpenAI:

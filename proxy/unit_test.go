@@ -305,21 +305,26 @@ func TestSentCount(t *testing.T) {
 	}
 }
 
-// TestPlaceBreakpointsKnown: with the clean list of the previous call, the result is the one
-// placeBreakpoints gives, and a message that carries a breakpoint is never taken as clean.
+// TestPlaceBreakpointsKnown: with the clean list of the previous call, the substitutes
+// applied give what placeBreakpoints gives, the prepared slice is never modified, and a
+// message that carries a breakpoint is never taken as clean.
 func TestPlaceBreakpointsKnown(t *testing.T) {
 	v := json.RawMessage(`{"type":"ephemeral"}`)
 	msgs := []chat.Message{chat.TextMessage(chat.RoleUser, "a"), chat.TextMessage(chat.RoleAssistant, "b"), chat.TextMessage(chat.RoleUser, "c")}
+	orig := slices.Clone(msgs)
 	rep := ctxmgr.Report{Pinned: -1}
 	bps := []breakpoint{{2, v}}
 	want := placeBreakpoints(msgs, rep, bps, 4)
-	got, clean := placeBreakpointsKnown(msgs, rep, bps, 4, nil)
-	if !reflect.DeepEqual(got, want) || len(clean) != 3 {
-		t.Fatalf("first call: %d clean", len(clean))
+	if breakpointOf(&want[2]) == nil || breakpointOf(&msgs[2]) != nil {
+		t.Fatal("placeBreakpoints: the breakpoint is not on the copy only")
+	}
+	subs, clean := placeBreakpointsKnown(msgs, rep, bps, 4, nil)
+	if !reflect.DeepEqual(withSubs(msgs, subs), want) || len(subs) != 1 || len(clean) != 3 {
+		t.Fatalf("first call: %d substitutes, %d clean", len(subs), len(clean))
 	}
 	// The same messages again, known clean: the same result.
-	got, _ = placeBreakpointsKnown(msgs, rep, bps, 4, clean)
-	if !reflect.DeepEqual(got, want) {
+	subs, _ = placeBreakpointsKnown(msgs, rep, bps, 4, clean)
+	if !reflect.DeepEqual(withSubs(msgs, subs), want) {
 		t.Fatal("known-clean call differs")
 	}
 	// A message that carries a breakpoint (a changed value) is searched, stripped, and the
@@ -327,8 +332,8 @@ func TestPlaceBreakpointsKnown(t *testing.T) {
 	marked := slices.Clone(msgs)
 	marked[0].Extra = map[string]json.RawMessage{"block.": json.RawMessage(`{"cache_control":{"type":"ephemeral"}}`)}
 	marked[0].Wire = "anthropic"
-	got, clean2 := placeBreakpointsKnown(marked, rep, bps, 4, clean)
-	if clean2 != nil || !reflect.DeepEqual(got, placeBreakpoints(marked, rep, bps, 4)) {
+	subs, clean2 := placeBreakpointsKnown(marked, rep, bps, 4, clean)
+	if clean2 != nil || !reflect.DeepEqual(withSubs(marked, subs), placeBreakpoints(marked, rep, bps, 4)) || breakpointOf(&marked[0]) == nil {
 		t.Fatalf("a message with a breakpoint: clean %d", len(clean2))
 	}
 	// A call whose slice continues the clean one's array (as Prepare extends its slice) is
@@ -338,12 +343,16 @@ func TestPlaceBreakpointsKnown(t *testing.T) {
 	_, clean = placeBreakpointsKnown(base, rep, bps, 4, nil)
 	grown := append(base, chat.TextMessage(chat.RoleAssistant, "d"), chat.TextMessage(chat.RoleUser, "e"))
 	moved := []breakpoint{{0, v}, {4, v}}
-	got, clean3 := placeBreakpointsKnown(grown, rep, moved, 4, clean)
+	subs, clean3 := placeBreakpointsKnown(grown, rep, moved, 4, clean)
+	got := withSubs(grown, subs)
 	if !reflect.DeepEqual(got, placeBreakpoints(grown, rep, moved, 4)) || len(clean3) != len(grown) {
 		t.Fatalf("continued slice: %+v, clean %d", got, len(clean3))
 	}
 	if breakpointOf(&got[0]) == nil || breakpointOf(&got[4]) == nil || breakpointOf(&got[2]) != nil {
 		t.Fatal("continued slice: breakpoints not where wanted")
+	}
+	if !reflect.DeepEqual(msgs, orig) || !reflect.DeepEqual(grown[:3], orig) {
+		t.Fatal("the prepared messages were modified")
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/ctxmgr/ctxmgr/chat"
 )
@@ -406,7 +407,33 @@ func EncodeAnthropicCached(r *chat.Request, c *EncodeCache) ([]byte, error) {
 // AppendAnthropicCached is EncodeAnthropicCached appending the body to dst and returning the
 // extended buffer, so that a caller sending body after body can reuse one (dst[:0]).
 func AppendAnthropicCached(dst []byte, r *chat.Request, c *EncodeCache) ([]byte, error) {
+	return AppendAnthropicCachedWith(dst, r, c, nil)
+}
+
+// AppendAnthropicCachedWith is AppendAnthropicCached for r with the message at each position
+// that is a key of subs encoded as its value instead: a caller that changes a few messages of
+// a long request (a proxy moving cache breakpoints) passes the rest as they are, in the array
+// it passed the last time. Then the groups of messages the two calls share, that no substitute
+// touches now or touched then, are reused by position without a look at their messages (the
+// array is the same and never modified: the contract of EncodeCache), and the call costs what
+// its new and changed messages cost. subs must not be modified after the call (c keeps it
+// until the next). The body is the one EncodeAnthropic gives for the substituted messages.
+func AppendAnthropicCachedWith(dst []byte, r *chat.Request, c *EncodeCache, subs map[int]chat.Message) ([]byte, error) {
 	memo := c.begin(Anthropic)
+	if memo != nil {
+		memo.setSubs(subs)
+	} else if len(subs) > 0 {
+		// Another call holds the cache: encode a substituted copy without it.
+		msgs := slices.Clone(r.Messages)
+		for k, m := range subs {
+			if k >= 0 && k < len(msgs) {
+				msgs[k] = m
+			}
+		}
+		rr := *r
+		rr.Messages = msgs
+		r = &rr
+	}
 	defer c.end(memo)
 	top, err := withExtras(r.Wire, Anthropic, r.Extra)
 	if err != nil {
@@ -488,8 +515,8 @@ func encodeAnthropicMessages(msgs []chat.Message, memo *encodeMemo) (json.RawMes
 func anthropicMessages(msgs []chat.Message, memo *encodeMemo) ([]json.RawMessage, error) {
 	out := make([]json.RawMessage, 0, len(msgs))
 	for i := 0; i < len(msgs); {
-		j := anthropicGroupEnd(msgs, i)
-		b, err := memo.group(msgs, i, j, func() ([]byte, error) { return encodeAnthropicGroup(msgs, i, j) })
+		j := memo.groupEnd(msgs, i)
+		b, err := memo.group(msgs, i, j, func() ([]byte, error) { return encodeAnthropicGroup(memo.effective(msgs, i, j), i) })
 		if err != nil {
 			return nil, err
 		}
@@ -502,31 +529,37 @@ func anthropicMessages(msgs []chat.Message, memo *encodeMemo) ([]json.RawMessage
 // anthropicGroupEnd returns the end of the Anthropic message that begins with msgs[i]: the
 // neutral messages after it that join it.
 func anthropicGroupEnd(msgs []chat.Message, i int) int {
-	role := anthropicRole(&msgs[i])
+	return anthropicGroupEndOf(len(msgs), func(k int) *chat.Message { return &msgs[k] }, i)
+}
+
+// anthropicGroupEndOf is anthropicGroupEnd for the n messages at returns.
+func anthropicGroupEndOf(n int, at func(int) *chat.Message, i int) int {
+	role := anthropicRole(at(i))
 	j := i + 1
-	for ; j < len(msgs); j++ {
-		n := &msgs[j]
-		join := n.JoinPrev && n.Wire == string(Anthropic)
+	for ; j < n; j++ {
+		m := at(j)
+		join := m.JoinPrev && m.Wire == string(Anthropic)
 		// Cross-format: consecutive tool results share one user message.
-		if !join && n.Wire != string(Anthropic) && n.Role == chat.RoleTool && msgs[j-1].Role == chat.RoleTool {
+		if !join && m.Wire != string(Anthropic) && m.Role == chat.RoleTool && at(j-1).Role == chat.RoleTool {
 			join = true
 		}
-		if !join || anthropicRole(n) != role {
+		if !join || anthropicRole(m) != role {
 			break
 		}
 	}
 	return j
 }
 
-// encodeAnthropicGroup encodes msgs[i:j] as one Anthropic message.
-func encodeAnthropicGroup(msgs []chat.Message, i, j int) ([]byte, error) {
-	m := &msgs[i]
+// encodeAnthropicGroup encodes group, the messages of one Anthropic message, the first at
+// position i of the request.
+func encodeAnthropicGroup(group []chat.Message, i int) ([]byte, error) {
+	m := &group[0]
 	o, err := withExtras(m.Wire, Anthropic, m.Extra)
 	if err != nil {
 		return nil, fmt.Errorf("wire: message %d: %w", i, err)
 	}
 	delete(o, "block.")
-	single := j == i+1 && m.Role != chat.RoleTool && len(m.ToolCalls) == 0
+	single := len(group) == 1 && m.Role != chat.RoleTool && len(m.ToolCalls) == 0
 	if single && m.Wire == string(Anthropic) && (m.Shape == chat.ShapeString || m.Shape == chat.ShapeNull || m.Shape == chat.ShapeAbsent) ||
 		single && m.Wire != string(Anthropic) && len(m.Content) <= 1 && allText(m.Content) && m.Role != chat.RoleSystem {
 		b, err := encodeAnthropicContent(m.Wire, m.Content, m.Shape)
@@ -538,10 +571,10 @@ func encodeAnthropicGroup(msgs []chat.Message, i, j int) ([]byte, error) {
 		}
 	} else {
 		blocks := []json.RawMessage{}
-		for k := i; k < j; k++ {
-			bs, err := anthropicBlocks(&msgs[k])
+		for k := range group {
+			bs, err := anthropicBlocks(&group[k])
 			if err != nil {
-				return nil, fmt.Errorf("wire: message %d: %w", k, err)
+				return nil, fmt.Errorf("wire: message %d: %w", i+k, err)
 			}
 			blocks = append(blocks, bs...)
 		}

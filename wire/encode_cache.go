@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/binary"
 	"hash/maphash"
+	"slices"
 	"sync"
 
 	"github.com/ctxmgr/ctxmgr/chat"
@@ -16,7 +17,10 @@ import (
 //   - by position: a group of messages at the same positions as in the last call, each the
 //     same value (chat.Message.Shares: the same arrays and maps; a proxy's messages are the
 //     same values request after request, and are never modified in place), is the same
-//     group; nothing is hashed, so a growing conversation costs what its new messages cost;
+//     group; nothing is hashed, so a growing conversation costs what its new messages cost.
+//     When the call's messages are the last call's array, continued (a caller that passes
+//     the few messages it changes as substitutes, AppendAnthropicCachedWith), the groups no
+//     substitute touches are not even compared, nor their ends looked for;
 //   - by content, for the rest: the breakpoints a proxy moves change a message or two per
 //     request, and compaction shifts positions, yet a message the conversation still holds,
 //     unchanged, is not encoded again.
@@ -33,6 +37,10 @@ type EncodeCache struct {
 	msgs   []chat.Message
 	fps    [][2]uint64
 	groups []cachedGroup
+	// subs are the last call's substitutes (AppendAnthropicCachedWith): its message at
+	// position k was subs[k], not msgs[k]; keys lists their positions, in order.
+	subs map[int]chat.Message
+	keys []int
 	// encoded and hashed count the groups the last call encoded and the messages it
 	// fingerprinted: what it could not reuse (tests read them).
 	encoded, hashed int
@@ -67,8 +75,93 @@ type encodeMemo struct {
 	msgs   []chat.Message
 	fps    [][2]uint64
 	groups []cachedGroup
+	subs   map[int]chat.Message // this call's substitutes (see encodeMemo.eff)
+	keys   []int                // their positions, in order
+	// continues: msgs is the last call's array, as long or longer, so its first
+	// len(c.msgs) messages are the last call's (arrays are never modified).
+	continues bool
 
 	encoded, hashed int
+}
+
+// eff returns the message at position k of this call: its substitute, or msgs[k].
+func (m *encodeMemo) eff(msgs []chat.Message, k int) *chat.Message {
+	if len(m.subs) > 0 {
+		if s, ok := m.subs[k]; ok {
+			return &s
+		}
+	}
+	return &msgs[k]
+}
+
+// setSubs sets this call's substitutes.
+func (m *encodeMemo) setSubs(subs map[int]chat.Message) {
+	m.subs, m.keys = subs, nil
+	for k := range subs {
+		m.keys = append(m.keys, k)
+	}
+	slices.Sort(m.keys)
+}
+
+// groupEnd is anthropicGroupEnd for this call's messages (its substitutes in place). Where
+// msgs continues the last call's array, a group of the last call that ended before its last
+// message, with no substitute in it or at its end, now or then, ends where it ended.
+func (m *encodeMemo) groupEnd(msgs []chat.Message, i int) int {
+	if m == nil {
+		return anthropicGroupEnd(msgs, i)
+	}
+	if m.msgs == nil {
+		m.start(msgs)
+	}
+	c := m.c
+	if g := len(m.groups); m.continues && g < len(c.groups) && c.groups[g].i == i {
+		if j := c.groups[g].j; j < len(c.msgs) && !touches(m.keys, i, j+1) && !touches(c.keys, i, j+1) {
+			return j
+		}
+	}
+	if len(m.keys) == 0 {
+		return anthropicGroupEnd(msgs, i)
+	}
+	return anthropicGroupEndOf(len(msgs), func(k int) *chat.Message { return m.eff(msgs, k) }, i)
+}
+
+// effective returns msgs[i:j] as this call encodes them: with their substitutes, in a copy,
+// when any has one.
+func (m *encodeMemo) effective(msgs []chat.Message, i, j int) []chat.Message {
+	if m == nil || !touches(m.keys, i, j) {
+		return msgs[i:j]
+	}
+	out := slices.Clone(msgs[i:j])
+	for k := range out {
+		if s, ok := m.subs[i+k]; ok {
+			out[k] = s
+		}
+	}
+	return out
+}
+
+// touches reports whether a position of keys (in order; a request's few substitutes) is in
+// [i, j).
+func touches(keys []int, i, j int) bool {
+	for _, k := range keys {
+		if k >= j {
+			return false
+		}
+		if k >= i {
+			return true
+		}
+	}
+	return false
+}
+
+// prevEff returns the message at position k of the last call (k < len(c.msgs)).
+func (c *EncodeCache) prevEff(k int) *chat.Message {
+	if len(c.subs) > 0 {
+		if s, ok := c.subs[k]; ok {
+			return &s
+		}
+	}
+	return &c.msgs[k]
 }
 
 func (c *EncodeCache) begin(f Format) *encodeMemo {
@@ -92,7 +185,7 @@ func (c *EncodeCache) end(m *encodeMemo) {
 	}
 	if m.msgs != nil {
 		c.spareFps, c.spareGroups = c.fps, c.groups
-		c.msgs, c.fps, c.groups = m.msgs, m.fps, m.groups
+		c.msgs, c.fps, c.groups, c.subs, c.keys = m.msgs, m.fps, m.groups, m.subs, m.keys
 		if c.byKey == nil || len(c.byKey) > 2*len(m.groups)+64 {
 			c.byKey = make(map[[2]uint64][]byte, len(m.groups)+len(m.groups)/2)
 			m.added = m.groups
@@ -122,19 +215,17 @@ func (m *encodeMemo) group(msgs []chat.Message, i, j int, encode func() ([]byte,
 		return encode()
 	}
 	if m.msgs == nil {
-		m.msgs, m.fps = msgs, m.c.spareFps[:0]
-		m.c.spareFps = nil
-		if cap(m.fps) < len(msgs) {
-			m.fps = make([][2]uint64, len(msgs))
-		}
-		m.fps = m.fps[:len(msgs)]
-		clear(m.fps) // zero: not computed
+		m.start(msgs)
 	}
 	c := m.c
 	if g := len(m.groups); g < len(c.groups) && c.groups[g].i == i && c.groups[g].j == j && j <= len(c.msgs) {
-		same := true
-		for k := i; k < j && same; k++ {
-			same = msgs[k].Shares(&c.msgs[k])
+		// The same array, where no substitute is or was: the same messages.
+		same := m.continues && !touches(m.keys, i, j) && !touches(c.keys, i, j)
+		if !same {
+			same = true
+			for k := i; k < j && same; k++ {
+				same = m.eff(msgs, k).Shares(c.prevEff(k))
+			}
 		}
 		if same {
 			cg := c.groups[g]
@@ -164,18 +255,30 @@ func (m *encodeMemo) group(msgs []chat.Message, i, j int, encode func() ([]byte,
 	return b, nil
 }
 
+// start begins the call's view of msgs, the slice every group of the call is in.
+func (m *encodeMemo) start(msgs []chat.Message) {
+	m.msgs, m.fps = msgs, m.c.spareFps[:0]
+	m.c.spareFps = nil
+	if cap(m.fps) < len(msgs) {
+		m.fps = make([][2]uint64, len(msgs))
+	}
+	m.fps = m.fps[:len(msgs)]
+	clear(m.fps) // zero: not computed
+	m.continues = len(m.c.msgs) > 0 && len(msgs) >= len(m.c.msgs) && &msgs[0] == &m.c.msgs[0]
+}
+
 // fingerprint returns the fingerprint of msgs[k]: the last call's for a message at the same
 // position that shares its storage, computed otherwise. It uses m.f.buf past what the caller
 // wrote, and leaves that as it was.
 func (m *encodeMemo) fingerprint(msgs []chat.Message, k int) [2]uint64 {
 	c := m.c
-	if k < len(c.msgs) && k < len(c.fps) && c.fps[k] != ([2]uint64{}) && msgs[k].Shares(&c.msgs[k]) {
+	if k < len(c.msgs) && k < len(c.fps) && c.fps[k] != ([2]uint64{}) && m.eff(msgs, k).Shares(c.prevEff(k)) {
 		m.fps[k] = c.fps[k]
 		return m.fps[k]
 	}
 	if m.fps[k] == ([2]uint64{}) {
 		n := len(m.f.buf)
-		msgs[k].HashTo(&m.f)
+		m.eff(msgs, k).HashTo(&m.f)
 		h := m.f.buf[n:]
 		m.fps[k] = [2]uint64{maphash.Bytes(c.s1, h), maphash.Bytes(c.s2, h)}
 		m.f.buf = m.f.buf[:n]

@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"testing"
 
 	"github.com/ctxmgr/ctxmgr/chat"
@@ -175,4 +176,130 @@ func TestAppendEncoders(t *testing.T) {
 	want, _ = EncodeResponses(req)
 	got, err = AppendResponsesCached(buf, req, NewEncodeCache())
 	check("responses", want, got, err)
+}
+
+// TestAppendAnthropicCachedWith: a conversation kept in one growing array, encoded call after
+// call with substitutes that move (a breakpoint on the newest message, as a proxy places it,
+// and one on an earlier message now and then), gives byte for byte what EncodeAnthropic gives
+// for the substituted messages, and encodes and hashes only what is new or changed: the
+// messages the array shares with the last call and no substitute touches, now or then, are
+// reused without being compared.
+func TestAppendAnthropicCachedWith(t *testing.T) {
+	run := tauBenchRuns(t)[0]
+	body, _ := json.Marshal(map[string]any{"model": "gpt-4o", "messages": run.Traj})
+	oreq, err := DecodeOpenAI(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, err := EncodeAnthropic(oreq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := DecodeAnthropic(whole) // Anthropic messages: their blocks carry breakpoints
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := req.Messages
+	extra := map[string]json.RawMessage{"model": json.RawMessage(`"claude"`), "max_tokens": json.RawMessage(`1024`)}
+	bp := json.RawMessage(`{"type":"ephemeral"}`)
+	marked := func(m chat.Message) chat.Message { // as a proxy places a breakpoint
+		if n := len(m.ToolCalls); n > 0 {
+			m.ToolCalls = slices.Clone(m.ToolCalls)
+			m.ToolCalls[n-1].Extra = map[string]json.RawMessage{"cache_control": bp}
+			return m
+		}
+		if m.Role == chat.RoleTool || len(m.Content) == 0 {
+			m.Extra = map[string]json.RawMessage{"block.": json.RawMessage(`{"cache_control":` + string(bp) + `}`)}
+			return m
+		}
+		n := len(m.Content) - 1
+		p := m.Content[n]
+		p.Extra = map[string]json.RawMessage{"cache_control": bp}
+		m.Content = append(slices.Clone(m.Content[:n]), p)
+		m.Shape = chat.ShapeParts
+		return m
+	}
+	c := NewEncodeCache()
+	arr := make([]chat.Message, 0, len(all)) // never reallocated: one array, growing
+	for n := 1; n <= len(all); n++ {
+		arr = append(arr, all[n-1])
+		subs := map[int]chat.Message{n - 1: marked(arr[n-1])}
+		if n%5 == 0 && n > 3 {
+			subs[n/2] = marked(arr[n/2]) // a second breakpoint, on an earlier message
+		}
+		r := &chat.Request{Messages: arr, Extra: extra}
+		got, err := AppendAnthropicCachedWith(nil, r, c, subs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := slices.Clone(arr)
+		for k, m := range subs {
+			want[k] = m
+		}
+		wantBody, _ := EncodeAnthropic(&chat.Request{Messages: want, Extra: extra})
+		if marks := bytes.Count(wantBody, []byte(`"cache_control"`)); marks < 1 {
+			t.Fatalf("%d messages: %d breakpoints in the body", n, marks)
+		}
+		if !bytes.Equal(got, wantBody) {
+			t.Fatalf("%d messages: the body differs\nwant %s\ngot  %s", n, wantBody, got)
+		}
+		// New: the newest message (it may join the group before it), a message that gains
+		// or loses a breakpoint, and the one before each.
+		if n > 1 && (c.encoded > 4 || c.hashed > 6) {
+			t.Fatalf("%d messages: %d groups encoded, %d messages hashed", n, c.encoded, c.hashed)
+		}
+	}
+}
+
+// TestAppendAnthropicCachedWithRegroups: a substitute may change how messages group into
+// Anthropic messages (a proxy's breakpoint marks a message of no format as Anthropic, and
+// then it no longer joins the tool results before it): the body still is EncodeAnthropic's
+// for the substituted messages, call after call over one growing array.
+func TestAppendAnthropicCachedWithRegroups(t *testing.T) {
+	extra := map[string]json.RawMessage{"model": json.RawMessage(`"claude"`), "max_tokens": json.RawMessage(`64`)}
+	var all []chat.Message
+	for turn := range 6 {
+		a := chat.TextMessage(chat.RoleAssistant, "")
+		a.Content = nil
+		a.ToolCalls = []chat.ToolCall{{ID: "c" + string(rune('a'+turn)) + "1", Name: "ls", Arguments: `{}`}, {ID: "c" + string(rune('a'+turn)) + "2", Name: "ls", Arguments: `{}`}}
+		all = append(all, chat.TextMessage(chat.RoleUser, "turn"), a,
+			chat.ToolResult(a.ToolCalls[0].ID, "ls", "one", false), chat.ToolResult(a.ToolCalls[1].ID, "ls", "two", false))
+	}
+	mark := func(m chat.Message) chat.Message {
+		m.Wire = string(Anthropic)
+		m.Extra = map[string]json.RawMessage{"block.": json.RawMessage(`{"cache_control":{"type":"ephemeral"}}`)}
+		if m.Role != chat.RoleTool {
+			m.Extra = nil
+			m.Shape = chat.ShapeParts
+			p := m.Content[len(m.Content)-1]
+			p.Extra = map[string]json.RawMessage{"cache_control": json.RawMessage(`{"type":"ephemeral"}`)}
+			m.Content = append(slices.Clone(m.Content[:len(m.Content)-1]), p)
+		}
+		return m
+	}
+	c := NewEncodeCache()
+	arr := make([]chat.Message, 0, len(all))
+	for n := 1; n <= len(all); n++ {
+		arr = append(arr, all[n-1])
+		subs := map[int]chat.Message{}
+		if last := arr[n-1]; last.Role == chat.RoleTool || len(last.ToolCalls) == 0 {
+			subs[n-1] = mark(last)
+		}
+		got, err := AppendAnthropicCachedWith(nil, &chat.Request{Messages: arr, Extra: extra}, c, subs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := EncodeAnthropic(&chat.Request{Messages: withSubsForTest(arr, subs), Extra: extra})
+		if !bytes.Equal(got, want) {
+			t.Fatalf("%d messages: the body differs\nwant %s\ngot  %s", n, want, got)
+		}
+	}
+}
+
+func withSubsForTest(msgs []chat.Message, subs map[int]chat.Message) []chat.Message {
+	out := slices.Clone(msgs)
+	for k, m := range subs {
+		out[k] = m
+	}
+	return out
 }
