@@ -3,6 +3,8 @@ package wire
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"maps"
 	"slices"
 	"testing"
 
@@ -302,4 +304,82 @@ func withSubsForTest(msgs []chat.Message, subs map[int]chat.Message) []chat.Mess
 		out[k] = m
 	}
 	return out
+}
+
+// FuzzAppendAnthropicCachedWith: over one growing array, messages of every kind the encoder
+// groups (user and assistant text, tool calls, tool results of no format or Anthropic's, joined
+// or not, mid-conversation system messages) and substitutes at arbitrary positions (a
+// breakpoint, which may mark a message of no format as Anthropic's), each call's body is
+// EncodeAnthropic's for the substituted messages, and fails when it fails.
+func FuzzAppendAnthropicCachedWith(f *testing.F) {
+	f.Add([]byte{0, 2, 3, 3, 5, 1, 0, 13, 2, 3, 3, 21, 4, 0, 6})
+	f.Add([]byte{0, 1, 0, 1, 5, 7, 0, 2, 11, 3, 19, 3, 2, 3, 27, 3, 1})
+	f.Add([]byte{3, 3, 3, 5, 13, 21, 2, 3, 3, 3, 6, 14, 22, 30, 0})
+	extra := map[string]json.RawMessage{"model": json.RawMessage(`"claude"`), "max_tokens": json.RawMessage(`64`)}
+	bp := json.RawMessage(`{"type":"ephemeral"}`)
+	mark := func(m chat.Message, anthropic bool) chat.Message {
+		m = m.Clone()
+		if anthropic {
+			m.Wire = string(Anthropic)
+		}
+		switch {
+		case len(m.ToolCalls) > 0:
+			m.ToolCalls[len(m.ToolCalls)-1].Extra = map[string]json.RawMessage{"cache_control": bp}
+		case m.Role == chat.RoleTool || len(m.Content) == 0:
+			m.Extra = map[string]json.RawMessage{"block.": json.RawMessage(`{"cache_control":` + string(bp) + `}`)}
+		default:
+			m.Content[len(m.Content)-1].Extra = map[string]json.RawMessage{"cache_control": bp}
+			m.Shape = chat.ShapeParts
+		}
+		return m
+	}
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		if len(ops) > 200 {
+			return
+		}
+		c := NewEncodeCache()
+		arr := make([]chat.Message, 0, len(ops)) // one array, growing in place
+		subs := map[int]chat.Message{}
+		calls := 0
+		for i, b := range ops {
+			wireOf := ""
+			if b&0x40 != 0 {
+				wireOf = string(Anthropic)
+			}
+			var m chat.Message
+			switch b % 8 {
+			case 0:
+				m = chat.TextMessage(chat.RoleUser, fmt.Sprintf("user %d", i))
+			case 1:
+				m = chat.TextMessage(chat.RoleAssistant, fmt.Sprintf("answer %d", i))
+			case 2:
+				m = chat.TextMessage(chat.RoleAssistant, "")
+				m.Content = nil
+				m.ToolCalls = []chat.ToolCall{{ID: fmt.Sprintf("call_%d", i), Name: "ls", Arguments: `{"dir":"."}`}}
+				if b&0x20 != 0 {
+					m.ToolCalls = append(m.ToolCalls, chat.ToolCall{ID: fmt.Sprintf("call_%d_b", i), Name: "ls", Arguments: `{}`})
+				}
+			case 3:
+				m = chat.ToolResult(fmt.Sprintf("call_%d", i), "ls", fmt.Sprintf("result %d", i), false)
+				m.JoinPrev = b&0x20 != 0
+			case 4:
+				m = chat.TextMessage(chat.RoleSystem, fmt.Sprintf("system note %d", i))
+			default:
+				if len(arr) > 0 {
+					k := int(b>>3) % len(arr)
+					subs[k] = mark(arr[k], b&0x80 != 0)
+				}
+				continue
+			}
+			m.Wire = wireOf
+			arr = append(arr, m)
+			got, gerr := AppendAnthropicCachedWith(nil, &chat.Request{Messages: arr, Extra: extra}, c, subs)
+			want, werr := EncodeAnthropic(&chat.Request{Messages: withSubsForTest(arr, subs), Extra: extra})
+			if (gerr == nil) != (werr == nil) || !bytes.Equal(got, want) {
+				t.Fatalf("call %d (%d messages, substitutes at %v): %v / %v\nwant %s\ngot  %s", calls, len(arr), slices.Sorted(maps.Keys(subs)), werr, gerr, want, got)
+			}
+			calls++
+			subs = map[int]chat.Message{}
+		}
+	})
 }
