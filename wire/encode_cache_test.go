@@ -17,11 +17,7 @@ func TestEncodeAnthropicCached(t *testing.T) {
 	var convs [][]chat.Message
 	runs := tauBenchRuns(t)
 	for _, run := range runs[:min(len(runs), 10)] {
-		body, _ := json.Marshal(map[string]any{"model": "gpt-4o", "messages": run.Traj})
-		req, err := DecodeOpenAI(body)
-		if err != nil {
-			t.Fatal(err)
-		}
+		req := tauRequest(t, run)
 		convs = append(convs, append(req.System, req.Messages...))
 	}
 	for _, body := range anthropicBodies {
@@ -87,13 +83,7 @@ func TestEncodeAnthropicCached(t *testing.T) {
 // message each time as a proxy does, encodes only its new and changed messages and hashes
 // nothing it encoded before; an edit in the middle encodes and hashes that message alone.
 func TestEncodeCacheReuses(t *testing.T) {
-	run := tauBenchRuns(t)[0]
-	body, _ := json.Marshal(map[string]any{"model": "gpt-4o", "messages": run.Traj})
-	req, err := DecodeOpenAI(body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	msgs := req.Messages
+	msgs := tauRequest(t, tauBenchRuns(t)[0]).Messages
 	extra := map[string]json.RawMessage{"model": json.RawMessage(`"m"`), "max_tokens": json.RawMessage(`1024`)}
 	for _, f := range []struct {
 		name   string
@@ -152,12 +142,7 @@ func TestEncodeCacheTellsMessagesApart(t *testing.T) {
 // TestAppendEncoders: the Append forms write the body the Encode forms give after what dst
 // holds, reusing its array when it has room.
 func TestAppendEncoders(t *testing.T) {
-	run := tauBenchRuns(t)[1]
-	body, _ := json.Marshal(map[string]any{"model": "gpt-4o", "messages": run.Traj})
-	req, err := DecodeOpenAI(body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	req := tauRequest(t, tauBenchRuns(t)[1])
 	buf := make([]byte, 0, 1<<20)
 	buf = append(buf, "prefix"...)
 	check := func(name string, want []byte, got []byte, err error) {
@@ -187,13 +172,7 @@ func TestAppendEncoders(t *testing.T) {
 // messages the array shares with the last call and no substitute touches, now or then, are
 // reused without being compared.
 func TestAppendAnthropicCachedWith(t *testing.T) {
-	run := tauBenchRuns(t)[0]
-	body, _ := json.Marshal(map[string]any{"model": "gpt-4o", "messages": run.Traj})
-	oreq, err := DecodeOpenAI(body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	whole, err := EncodeAnthropic(oreq)
+	whole, err := EncodeAnthropic(tauRequest(t, tauBenchRuns(t)[0]))
 	if err != nil {
 		t.Fatal(err)
 	}

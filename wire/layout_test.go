@@ -75,6 +75,17 @@ func tauBenchRuns(t *testing.T) []tauRun {
 	return runs
 }
 
+// tauRequest decodes a tau-bench run as the OpenAI request of its whole history.
+func tauRequest(t *testing.T, run tauRun) *chat.Request {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"model": "gpt-4o", "messages": run.Traj})
+	req, err := DecodeOpenAI(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
 // conversation returns the bodies an agent sends: each with one more message of msgs.
 func conversation(prefix, suffix string, msgs []string) []string {
 	var out []string
