@@ -532,7 +532,7 @@ func anthropicGroupEnd(msgs []chat.Message, i int) int {
 	return anthropicGroupEndOf(len(msgs), func(k int) *chat.Message { return &msgs[k] }, i)
 }
 
-// anthropicGroupEndOf is anthropicGroupEnd for the n messages at returns.
+// anthropicGroupEndOf is anthropicGroupEnd for n messages, message k being at(k).
 func anthropicGroupEndOf(n int, at func(int) *chat.Message, i int) int {
 	role := anthropicRole(at(i))
 	j := i + 1
