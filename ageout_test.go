@@ -115,6 +115,41 @@ func TestPagedReadAgesOut(t *testing.T) {
 	}
 }
 
+// A page read past in order (the next read of its file begins where it ended) ages out to
+// PagedPastCap; a range the next read of its file does not continue (an agent looking at
+// ranges of code) to OldToolResultCap.
+func TestPagedPastCap(t *testing.T) {
+	ctx := context.Background()
+	_, s := testManager(t, Config{ToolResultCap: 100000, AgeOut: true, OldToolResultCap: 3000, PagedPastCap: 1000, RecentToolResults: 2})
+	appendAll(t, s, chat.TextMessage(chat.RoleUser, "quote /doc.md, then look at /code.go"))
+	smallCalls(t, s, "w", 9)
+	read := func(id, file string, from, n int, text string) int {
+		t.Helper()
+		at := len(s.entries) + 1
+		appendAll(t, s, readCall(id, file, from, n), chat.ToolResult(id, "Read", lines(n, text), false))
+		if _, err := s.Prepare(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	page1 := read("p1", "/doc.md", 1, 300, "The config_option option (default 1) controls")
+	read("p2", "/doc.md", 301, 300, "The other_option option (default 2) controls")
+	code1 := read("c1", "/code.go", 100, 200, "func handler(ctx context.Context) error { return nil }")
+	read("c2", "/code.go", 20, 60, "func other(ctx context.Context) error { return nil }")
+	smallCalls(t, s, "x", 6)
+	size := func(i int) int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return textBytes(&s.entries[i].view)
+	}
+	if k := viewKindAt(s, page1); k != viewRetruncated || size(page1) > 1000+400 {
+		t.Fatalf("page read past: %v, %d bytes; want cut to about 1,000", k, size(page1))
+	}
+	if k := viewKindAt(s, code1); k != viewRetruncated || size(code1) < 2000 || size(code1) > 3000+400 {
+		t.Fatalf("range looked at: %v, %d bytes; want cut to about 3,000", k, size(code1))
+	}
+}
+
 // A requested read keeps, at ingestion, what fits under the compaction threshold beside the
 // conversation's own messages (at most RequestedReadCap): at a 16K window a 21 KB page is
 // kept whole at the start of a run (more than the window in bytes), and capped once the

@@ -33,6 +33,15 @@ type Config struct {
 	// stored reference. It is applied together with masking (a batched rewrite), or on every
 	// call when RollingRewrite is set. Default 0 (off).
 	OldToolResultCap int
+	// PagedPastCap, when > 0, is the smaller cap, in place of OldToolResultCap, for a page an
+	// agent has read past: a ranged read of a file that the next read of the same file
+	// continues where it ended (Claude Code's Read paging through a document with offset and
+	// limit). The agent read the page in order and quoted what it needed in its own messages,
+	// which stay verbatim; the page ages out like any result (AgeOut), to this size, and its
+	// full text stays readable through its reference. A read that jumps elsewhere (an agent
+	// looking at ranges of code) keeps OldToolResultCap, and so does a page no larger than
+	// that. Default 0: OldToolResultCap.
+	PagedPastCap int
 	// RecentToolResults is how many of the newest tool results keep ToolResultCap. Default 2.
 	RecentToolResults int
 	// ExemptTools names tools whose results are never offloaded, truncated or masked.
@@ -272,6 +281,8 @@ func (c Config) Validate() error {
 		return configErr("ToolResultCap", "%d bytes leaves no room for a snippet and its reference (min 256)", c.ToolResultCap)
 	case c.OldToolResultCap < 0 || c.OldToolResultCap > 0 && c.OldToolResultCap < 256:
 		return configErr("OldToolResultCap", "%d: 0 (off) or at least 256", c.OldToolResultCap)
+	case c.PagedPastCap < 0 || c.PagedPastCap > 0 && c.PagedPastCap < 256:
+		return configErr("PagedPastCap", "%d: 0 (OldToolResultCap) or at least 256", c.PagedPastCap)
 	case c.RecentToolResults < 0:
 		return configErr("RecentToolResults", "%d < 0", c.RecentToolResults)
 	case c.MaskKeep < 0:

@@ -444,6 +444,8 @@ func TestConfigValidate(t *testing.T) {
 		{MaskKeep: -5},
 		{Seed: SeedRules{KeepTurnFraction: 1.5}},
 		{MaxRecoveries: 50},
+		{PagedPastCap: -1},
+		{PagedPastCap: 100},
 	}
 	for i, c := range bad {
 		if _, err := New(c); !errors.Is(err, ErrInvalidConfig) {

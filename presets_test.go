@@ -205,7 +205,7 @@ func TestPresetDefault(t *testing.T) {
 	}
 	eff := cfg.WithDefaults()
 	if eff.ToolResultCap != 10000 || eff.RequestedReadCap != 40000 || eff.Budget.Threshold != 0.95 || eff.Budget.Reserve != 0.20 ||
-		!eff.AgeOut || !eff.Supersede || eff.CostMaskKeep != 0 || !eff.MaskBeforeSummary || eff.OldToolResultCap != 3000 ||
+		!eff.AgeOut || !eff.Supersede || eff.CostMaskKeep != 0 || !eff.MaskBeforeSummary || eff.OldToolResultCap != 3000 || eff.PagedPastCap != 1000 ||
 		eff.DisableOffload || eff.DisableMasking || eff.Seed != (SeedRules{}) {
 		t.Fatalf("default preset: %+v", eff)
 	}

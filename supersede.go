@@ -28,6 +28,7 @@ type supState struct {
 	by       map[int]int           // position -> the later position that shows it again
 	terms    map[string]bool       // identifiers in play (inplay.go)
 	lastRead map[string]int        // file -> position of its latest read
+	nextRead map[int]int           // read position -> position of the next read of its file
 }
 
 // scan classifies the entries appended since the last scan and records which earlier
@@ -67,7 +68,10 @@ func (st *supState) scan(s *Session) {
 		st.actions[i] = a
 		if a.kind == actRead {
 			if st.lastRead == nil {
-				st.lastRead = map[string]int{}
+				st.lastRead, st.nextRead = map[string]int{}, map[int]int{}
+			}
+			if prev, ok := st.lastRead[a.key]; ok {
+				st.nextRead[prev] = i
 			}
 			st.lastRead[a.key] = i
 		}
@@ -147,7 +151,7 @@ func (s *Session) ageCandidates(cands []rewriteCandidate) []rewriteCandidate {
 		if r < cfg.RecentToolResults || e.size <= cfg.OldToolResultCap || (e.kind != viewOriginal && e.kind != viewOffloaded) {
 			continue
 		}
-		keep := e.tokens * cfg.OldToolResultCap / max(1, textBytes(&e.view))
+		keep := e.tokens * s.ageCap(i) / max(1, textBytes(&e.view))
 		if save := e.tokens - keep; save > 0 {
 			cands = append(cands, rewriteCandidate{pos: i, save: save, kind: viewRetruncated})
 		}
@@ -157,7 +161,9 @@ func (s *Session) ageCandidates(cands []rewriteCandidate) []rewriteCandidate {
 
 // mayShrink reports whether a tool result's view may still become an age-out or masking
 // candidate: ageCandidates' conditions that do not depend on its rank. A view changes only
-// to a smaller kind, so a result that fails them fails them forever.
+// to a smaller kind, so a result that fails them fails them forever. (A page read past is
+// cut to PagedPastCap, but only one larger than OldToolResultCap: the saving on a smaller one
+// does not pay for the cache miss of what follows it.)
 func (s *Session) mayShrink(e *entry) bool {
 	cfg := &s.m.cfg
 	if e.exempt {
@@ -168,6 +174,24 @@ func (s *Session) mayShrink(e *entry) bool {
 		(e.kind == viewOriginal || e.kind == viewOffloaded || e.kind == viewRetruncated)
 	cuttable := e.size > cfg.OldToolResultCap && (e.kind == viewOriginal || e.kind == viewOffloaded)
 	return maskable || cuttable
+}
+
+// ageCap is the size tool result i (larger than OldToolResultCap) ages out to:
+// Config.PagedPastCap for a page the agent has read past, in order (the next read of its file
+// begins where it ended), else OldToolResultCap.
+func (s *Session) ageCap(i int) int {
+	cfg := &s.m.cfg
+	if cfg.PagedPastCap <= 0 {
+		return cfg.OldToolResultCap
+	}
+	a, ok := s.sup.actions[i]
+	if !ok || !a.ranged() || a.to <= 0 {
+		return cfg.OldToolResultCap
+	}
+	if next, ok := s.sup.nextRead[i]; ok && s.sup.actions[next].from == a.to+1 {
+		return cfg.PagedPastCap
+	}
+	return cfg.OldToolResultCap
 }
 
 // supersedeCandidates returns the tool results a later one shows again, whole.
@@ -228,7 +252,7 @@ func (s *Session) applyBatch(ctx context.Context, cands []rewriteCandidate, rep 
 			if i < s.start || i >= sentEnd || isCand[i] || e.exempt || e.size <= cfg.OldToolResultCap || (e.kind != viewOriginal && e.kind != viewOffloaded) {
 				continue
 			}
-			due[i] = e.tokens - e.tokens*cfg.OldToolResultCap/max(1, textBytes(&e.view))
+			due[i] = e.tokens - e.tokens*s.ageCap(i)/max(1, textBytes(&e.view))
 		}
 	}
 	tails := make(map[int]int, len(cands))
@@ -268,7 +292,7 @@ func (s *Session) applyBatch(ctx context.Context, cands []rewriteCandidate, rep 
 			n[0]++
 			saved[0] += c.save
 		} else {
-			s.setView(j, snippetViewKeeping(&e.orig, off, cfg.OldToolResultCap, s.sup.inPlay), viewRetruncated)
+			s.setView(j, snippetViewKeeping(&e.orig, off, s.ageCap(j), s.sup.inPlay), viewRetruncated)
 			n[1]++
 			saved[1] += c.save
 		}
