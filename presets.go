@@ -74,7 +74,7 @@ func Preset(name string, window, maxOutput int) (Config, error) {
 		c.MaskKeep, c.AgeOut, c.OldToolResultCap, c.RecentToolResults, c.CostMaskKeep = 10, true, 3000, 2, 0
 		// A page of a document read past in order keeps 1,000 bytes: the agent quoted what it
 		// needed in its own messages. On the read-and-quote tuning runs: 200K 0.653x raw /
-		// recall 0.9852 -> 0.577x / 0.9824, the three terms lost line numbers found in old
+		// recall 0.9852 -> 0.577x / 0.9824, the three terms lost being line numbers found in old
 		// pages by chance; the coding runs, whose views jump between ranges, do not move.
 		c.PagedPastCap = 1000
 		c.Supersede, c.MaskBeforeSummary = true, true
