@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
-	"slices"
 
 	ctxmgr "github.com/ctxmgr/ctxmgr"
 	"github.com/ctxmgr/ctxmgr/chat"
@@ -235,20 +234,7 @@ func withBreakpoint(m chat.Message, v json.RawMessage) (chat.Message, bool) {
 // The prepared request's slice is not modified: a copy is returned when anything changes.
 func placeBreakpoints(msgs []chat.Message, rep ctxmgr.Report, bps []breakpoint, room int) []chat.Message {
 	subs, _ := placeBreakpointsKnown(msgs, rep, bps, room, nil)
-	return withSubs(msgs, subs)
-}
-
-// withSubs returns msgs with the message at each key of subs replaced by its value: msgs
-// itself when there are none, else a copy.
-func withSubs(msgs []chat.Message, subs map[int]chat.Message) []chat.Message {
-	if len(subs) == 0 {
-		return msgs
-	}
-	out := slices.Clone(msgs)
-	for i, m := range subs {
-		out[i] = m
-	}
-	return out
+	return wire.Substituted(msgs, subs)
 }
 
 // placeBreakpointsKnown is placeBreakpoints for a caller that encodes the substitutes

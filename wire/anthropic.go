@@ -410,6 +410,22 @@ func AppendAnthropicCached(dst []byte, r *chat.Request, c *EncodeCache) ([]byte,
 	return AppendAnthropicCachedWith(dst, r, c, nil)
 }
 
+// Substituted returns msgs with the message at each position that is a key of subs replaced
+// by its value (positions outside msgs are ignored): msgs itself when subs is empty, else a
+// copy. It is what AppendAnthropicCachedWith encodes.
+func Substituted(msgs []chat.Message, subs map[int]chat.Message) []chat.Message {
+	if len(subs) == 0 {
+		return msgs
+	}
+	out := slices.Clone(msgs)
+	for k, m := range subs {
+		if k >= 0 && k < len(out) {
+			out[k] = m
+		}
+	}
+	return out
+}
+
 // AppendAnthropicCachedWith is AppendAnthropicCached for r with the message at each position
 // that is a key of subs encoded as its value instead: a caller that changes a few messages of
 // a long request (a proxy moving cache breakpoints) passes the rest as they are, in the array
@@ -424,14 +440,8 @@ func AppendAnthropicCachedWith(dst []byte, r *chat.Request, c *EncodeCache, subs
 		memo.setSubs(subs)
 	} else if len(subs) > 0 {
 		// Another call holds the cache: encode a substituted copy without it.
-		msgs := slices.Clone(r.Messages)
-		for k, m := range subs {
-			if k >= 0 && k < len(msgs) {
-				msgs[k] = m
-			}
-		}
 		rr := *r
-		rr.Messages = msgs
+		rr.Messages = Substituted(r.Messages, subs)
 		r = &rr
 	}
 	defer c.end(memo)

@@ -213,11 +213,7 @@ func TestAppendAnthropicCachedWith(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := slices.Clone(arr)
-		for k, m := range subs {
-			want[k] = m
-		}
-		wantBody, _ := EncodeAnthropic(&chat.Request{Messages: want, Extra: extra})
+		wantBody, _ := EncodeAnthropic(&chat.Request{Messages: Substituted(arr, subs), Extra: extra})
 		if marks := bytes.Count(wantBody, []byte(`"cache_control"`)); marks < 1 {
 			t.Fatalf("%d messages: %d breakpoints in the body", n, marks)
 		}
@@ -270,19 +266,11 @@ func TestAppendAnthropicCachedWithRegroups(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, _ := EncodeAnthropic(&chat.Request{Messages: withSubsForTest(arr, subs), Extra: extra})
+		want, _ := EncodeAnthropic(&chat.Request{Messages: Substituted(arr, subs), Extra: extra})
 		if !bytes.Equal(got, want) {
 			t.Fatalf("%d messages: the body differs\nwant %s\ngot  %s", n, want, got)
 		}
 	}
-}
-
-func withSubsForTest(msgs []chat.Message, subs map[int]chat.Message) []chat.Message {
-	out := slices.Clone(msgs)
-	for k, m := range subs {
-		out[k] = m
-	}
-	return out
 }
 
 // FuzzAppendAnthropicCachedWith: over one growing array, messages of every kind the encoder
@@ -353,7 +341,7 @@ func FuzzAppendAnthropicCachedWith(f *testing.F) {
 			m.Wire = wireOf
 			arr = append(arr, m)
 			got, gerr := AppendAnthropicCachedWith(nil, &chat.Request{Messages: arr, Extra: extra}, c, subs)
-			want, werr := EncodeAnthropic(&chat.Request{Messages: withSubsForTest(arr, subs), Extra: extra})
+			want, werr := EncodeAnthropic(&chat.Request{Messages: Substituted(arr, subs), Extra: extra})
 			if (gerr == nil) != (werr == nil) || !bytes.Equal(got, want) {
 				t.Fatalf("call %d (%d messages, substitutes at %v): %v / %v\nwant %s\ngot  %s", calls, len(arr), slices.Sorted(maps.Keys(subs)), werr, gerr, want, got)
 			}
