@@ -38,6 +38,7 @@ func (r *Result) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%.3f\t%s\t%.4f\t%d\t%d\t%d\t%d\t%d\t\n",
 			t.Name, t.Cost, ratio(t.CostVsRaw), t.Recall, t.Lost, t.Overflows, t.Invalid, t.Compactions, t.PeakTokens)
 	}
+	fmt.Fprintf(tw, "floor\t%.3f\t%s\t\n", r.Floor.Cost, ratio(r.Floor.CostVsRaw))
 	tw.Flush()
 	fmt.Fprintf(ew, "\ntokens and Prepare latency\n")
 	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -93,16 +94,24 @@ func (r *Result) writeSets(ew io.Writer) {
 		names[i] = t.Name
 	}
 	fmt.Fprintf(ew, "\nper set: cost (vs raw) and recall\n")
-	for lo := 0; lo < len(names); lo += setsPerTable {
-		hi := min(lo+setsPerTable, len(names))
+	// The first table has the floor in one of its columns.
+	for lo, hi := 0, min(setsPerTable-1, len(names)); lo < len(names); lo, hi = hi, min(hi+setsPerTable, len(names)) {
 		if lo > 0 {
 			fmt.Fprintln(ew)
 		}
 		tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "set\truns\tcalls\t"+strings.Join(names[lo:hi], "\t")+"\t")
+		head := "set\truns\tcalls\t"
+		if lo == 0 {
+			head += "floor\t"
+		}
+		fmt.Fprintln(tw, head+strings.Join(names[lo:hi], "\t")+"\t")
 		for _, s := range r.Sets {
 			row := []string{s.Name, fmt.Sprint(s.Trajectories), fmt.Sprint(s.Calls)}
 			rec := []string{"", "", "recall"}
+			if lo == 0 {
+				row = append(row, fmt.Sprintf("%.3f (%s)", s.Floor.Cost, ratio(s.Floor.CostVsRaw)))
+				rec = append(rec, "")
+			}
 			for _, t := range s.Strategies[lo:min(hi, len(s.Strategies))] {
 				row = append(row, fmt.Sprintf("%.3f (%s)", t.Cost, ratio(t.CostVsRaw)))
 				rec = append(rec, fmt.Sprintf("%.4f", t.Recall))
@@ -124,6 +133,8 @@ lost      messages that were at some call neither in the request nor readable fr
 overflow  calls whose input + max output exceeds the window; invalid: broken tool-call pairs
 compact   summaries made; sum in / sum out: tokens the summarizer read / wrote
 peak      largest request in tokens; cached: input a prompt cache would serve
+floor     every message sent once, whole, uncached: a strategy that shows each message
+          whole costs at least this; one below it cut something before it was ever seen
 recoverable  recall counting also what the request shows a reference to (a stored tool
           result, the archive); read back: tokens of one ctxmgr_read per such message
 `, r.Profile, r.Prices.Uncached, r.Prices.Cached, r.Prices.Output)

@@ -156,6 +156,8 @@ type Result struct {
 	Sets []SetResult `json:"sets"`
 	// Prices is the price profile in force.
 	Prices Profile `json:"prices"`
+	// Floor is what sending every message once costs, over every trajectory.
+	Floor Floor `json:"floor"`
 	// ElapsedMS is the wall time of Run.
 	ElapsedMS float64 `json:"elapsed_ms"`
 	// Runs hold the per-call series of every trajectory under every strategy.
@@ -178,10 +180,37 @@ type SetResult struct {
 	Trajectories int      `json:"trajectories"`
 	Calls        int      `json:"calls"`
 	Strategies   []Totals `json:"strategies"`
+	// Floor is what sending every message of the set once costs.
+	Floor Floor `json:"floor"`
 	// Recorded sums the usage the provider reported for the recorded calls, when the files
 	// carry it (mini-swe-agent): a reference for the measured raw figures (the recorded model
 	// may tokenize differently).
 	Recorded *RecordedUsage `json:"recorded,omitempty"`
+}
+
+// Floor is the cost of sending every message of the history once, whole, at the uncached
+// price, the system prompt and the tools once too: the messages before each trajectory's last
+// call, each billed the first time it is sent, and each call's reply priming (the tokens
+// every request ends with), and nothing ever read again from a cache. A
+// strategy that shows every message whole at least once costs at least this, whatever it
+// does afterwards (a message is new, so uncached, the first time it is sent). One that costs
+// less has cut or dropped something before the model ever saw it whole: an ingestion cap, a
+// truncated page, a summary of turns it never sent. It is the measure of how much is left to
+// save without that.
+type Floor struct {
+	InputTokens int64   `json:"input_tokens"`
+	Cost        float64 `json:"cost"`
+	// CostVsRaw is Cost / the raw strategy's Cost over the same calls (0 without raw).
+	CostVsRaw float64 `json:"cost_vs_raw"`
+}
+
+func (f *Floor) finish(prof Profile, strategies []Totals) {
+	f.Cost = prof.Cost(f.InputTokens, 0, 0, 0)
+	for _, t := range strategies {
+		if t.Name == StrategyRaw && t.Cost > 0 {
+			f.CostVsRaw = f.Cost / t.Cost
+		}
+	}
 }
 
 // RecordedUsage sums reported usage over the calls that report it.
@@ -286,7 +315,8 @@ type trajData struct {
 	fps    []fp  // fingerprints of the history messages
 	toks   []int // their tokens
 	base   map[fp]int
-	prefix int // tokens of the system prompt and the tool definitions
+	prefix int   // tokens of the system prompt and the tool definitions
+	once   int64 // tokens of sending every message once (see Floor)
 	refs   [][]refTerm
 	calls  int
 	weight int64 // estimated work, to schedule long runs first
@@ -303,6 +333,10 @@ func analyze(t *Trajectory, c tokens.Counter) *trajData {
 		d.fps[i] = fingerprint(&t.Messages[i])
 		d.toks[i] = c.Message(&t.Messages[i])
 		d.base[d.fps[i]] = d.toks[i]
+		if t.Messages[i].Role == chat.RoleAssistant {
+			// Every message before this call once, and each call's reply priming.
+			d.once = int64(d.prefix) + sum + int64(tokens.ReplyPriming*(d.calls+1))
+		}
 		sum += int64(d.toks[i])
 		if t.Messages[i].Role == chat.RoleAssistant {
 			d.calls++
@@ -347,6 +381,7 @@ func RunStream(ctx context.Context, source func(yield func(Trajectory) error) er
 	}
 	type done struct {
 		info     TrajectoryInfo
+		once     int64
 		recorded RecordedUsage
 		runs     []Replay
 		ok       bool
@@ -368,6 +403,7 @@ func RunStream(ctx context.Context, source func(yield func(Trajectory) error) er
 		res.Trajectories++
 		res.Calls += d.info.Calls
 		res.Trajs = append(res.Trajs, d.info)
+		res.Floor.InputTokens += d.once
 		all.add(d.runs)
 		set := d.info.Set
 		if bySet[set] == nil {
@@ -377,6 +413,7 @@ func RunStream(ctx context.Context, source func(yield func(Trajectory) error) er
 		sr := setInfo[set]
 		sr.Trajectories++
 		sr.Calls += d.info.Calls
+		sr.Floor.InputTokens += d.once
 		rec := setRec[set]
 		rec.Calls += d.recorded.Calls
 		rec.InputTokens += d.recorded.InputTokens
@@ -414,7 +451,7 @@ func RunStream(ctx context.Context, source func(yield func(Trajectory) error) er
 					continue // drain
 				}
 				d := analyze(&it.t, opts.Counter)
-				out := done{info: TrajectoryInfo{Name: it.t.Name, Set: it.t.Set, Messages: len(it.t.Messages), Calls: d.calls}, runs: make([]Replay, ns)}
+				out := done{info: TrajectoryInfo{Name: it.t.Name, Set: it.t.Set, Messages: len(it.t.Messages), Calls: d.calls}, once: d.once, runs: make([]Replay, ns)}
 				for _, u := range it.t.Recorded {
 					out.recorded.Calls++
 					out.recorded.InputTokens += int64(u.InputTokens)
@@ -455,6 +492,7 @@ func RunStream(ctx context.Context, source func(yield func(Trajectory) error) er
 	}
 
 	res.Strategies = all.finish(opts, prof)
+	res.Floor.finish(prof, res.Strategies)
 	sets := make([]string, 0, len(bySet))
 	for set := range bySet {
 		sets = append(sets, set)
@@ -466,6 +504,7 @@ func RunStream(ctx context.Context, source func(yield func(Trajectory) error) er
 			sr.Recorded = setRec[set]
 		}
 		sr.Strategies = bySet[set].finish(opts, prof)
+		sr.Floor.finish(prof, sr.Strategies)
 		res.Sets = append(res.Sets, *sr)
 	}
 	res.ElapsedMS = float64(time.Since(started).Microseconds()) / 1000

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -440,5 +441,51 @@ func TestReplayLLMSummarizer(t *testing.T) {
 	n := int64(calls.Load())
 	if n == 0 || def.Compactions != int(n) || def.SummaryInputTokens != 1000*n || def.SummaryOutputTokens != 50*n || def.Lost != 0 || def.Invalid != 0 {
 		t.Errorf("%d LLM calls; default: %+v", n, def)
+	}
+}
+
+// The floor is every message before the last call sent once, uncached, with the system prompt
+// and tools once: raw, which sends everything whole, never costs less, and costs exactly that
+// on a trajectory of one call (nothing to cache). On the sample, every strategy that shows
+// each message whole at least once stays above it.
+func TestFloor(t *testing.T) {
+	c := measuring(t)
+	one := Trajectory{Name: "s/one", Set: "s",
+		System: []chat.Message{chat.TextMessage(chat.RoleSystem, "You are terse.")},
+		Messages: []chat.Message{
+			chat.TextMessage(chat.RoleUser, "Say hello to the team."),
+			chat.TextMessage(chat.RoleAssistant, "Hello, team."),
+			chat.TextMessage(chat.RoleUser, "Thanks."), // after the last call: never sent
+		}}
+	res, err := Run(context.Background(), []Trajectory{one}, Options{Strategies: []string{"raw"}, Counter: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := int64(c.Message(&one.System[0]) + c.Message(&one.Messages[0]) + tokens.ReplyPriming)
+	if res.Floor.InputTokens != want || res.Sets[0].Floor != res.Floor {
+		t.Fatalf("floor %+v, set floor %+v; want %d tokens", res.Floor, res.Sets[0].Floor, want)
+	}
+	if raw := res.Strategies[0]; raw.InputTokens != want || raw.Cost != res.Floor.Cost || res.Floor.CostVsRaw != 1 {
+		t.Errorf("one call: raw %d tokens at %.6f, floor %+v", raw.InputTokens, raw.Cost, res.Floor)
+	}
+
+	res, err = Run(context.Background(), sample(t), Options{Strategies: []string{"raw", "copaw", "cowagent"}, Counter: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Floor.Cost <= 0 || res.Floor.CostVsRaw <= 0 || res.Floor.CostVsRaw >= 1 {
+		t.Fatalf("floor %+v", res.Floor)
+	}
+	for _, s := range res.Strategies {
+		if s.Cost < res.Floor.Cost {
+			t.Errorf("%s costs %.4f, under the floor %.4f, though it shows every message whole at a 200K window", s.Name, s.Cost, res.Floor.Cost)
+		}
+	}
+	var text strings.Builder
+	if err := res.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text.String(), fmt.Sprintf("floor  %.3f", res.Floor.Cost)) {
+		t.Errorf("no floor row in the text:\n%s", text.String())
 	}
 }

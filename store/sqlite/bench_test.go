@@ -25,6 +25,12 @@ func BenchmarkAppendRelaxed(b *testing.B) {
 	storetest.BenchAppend(b, open(b, filepath.Join(b.TempDir(), "ctxmgr.db"), sqlite.Options{Relaxed: true}))
 }
 
+// BenchmarkAppendRelaxedTurn is BenchmarkAppendRelaxed two messages at a time, as the proxy
+// appends an agent's turn.
+func BenchmarkAppendRelaxedTurn(b *testing.B) {
+	storetest.BenchAppendTurn(b, open(b, filepath.Join(b.TempDir(), "ctxmgr.db"), sqlite.Options{Relaxed: true}))
+}
+
 // BenchmarkAppendRelaxedState is BenchmarkAppendRelaxed on a session with a 0, 4 KiB or
 // 64 KiB compaction state: the figures must not grow with it.
 func BenchmarkAppendRelaxedState(b *testing.B) {

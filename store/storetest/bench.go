@@ -59,6 +59,25 @@ func BenchAppend(b *testing.B, s store.Store) {
 	appendEach(b, s)
 }
 
+// BenchAppendTurn appends two messages at a time (an agent's turn: its call's answer and the
+// tool's result, as the proxy writes them) to a SessionLen-message session, and reports
+// msgs/s.
+func BenchAppendTurn(b *testing.B, s store.Store) {
+	ctx := context.Background()
+	Seed(b, s, "bench", SessionLen)
+	n := SessionLen
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		if err := s.Append(ctx, "bench", n, []chat.Message{TypicalMessage(n), TypicalMessage(n + 1)}); err != nil {
+			b.Fatal(err)
+		}
+		n += 2
+	}
+	b.ReportMetric(float64(2*b.N)/time.Since(start).Seconds(), "msgs/s")
+	b.StopTimer()
+}
+
 // appendEach appends b.N messages one at a time to the seeded session "bench", timed, and
 // reports msgs/s.
 func appendEach(b *testing.B, s store.Store) {
