@@ -61,7 +61,10 @@ func (r *Result) WriteReport(w io.Writer, trajectory string) error {
 	}
 	page := reportPage{Result: r, Trajectory: trajectory}
 	page.Charts = append(page.Charts, r.callsChart(trajectory))
-	page.Charts = append(page.Charts, r.barChart("cost", "Cost per strategy, all trajectories (units of 1M input tokens)", func(t *Totals) float64 { return t.Cost }, "%.3f", false))
+	cost := r.barChart("cost", "Cost per strategy, all trajectories (units of 1M input tokens)", func(t *Totals) float64 { return t.Cost }, "%.3f", false)
+	cost.mark(r.Floor.Cost, fmt.Sprintf("floor %.3f", r.Floor.Cost))
+	cost.Caption = "The dashed line is the floor: every message sent once, whole, uncached."
+	page.Charts = append(page.Charts, cost)
 	page.Charts = append(page.Charts, r.barChart("recall", "Reference recall per strategy, all trajectories", func(t *Totals) float64 { return t.Recall }, "%.4f", true))
 	page.Charts = append(page.Charts, r.scatterChart())
 	for _, s := range r.Strategies {
@@ -89,6 +92,8 @@ type scene struct {
 	Rects              []sRect
 	Circles            []sCircle
 	Texts              []sText
+
+	frame *frame // the bar chart's, for mark
 }
 
 type sLine struct {
@@ -321,7 +326,20 @@ func (r *Result) barChart(id, title string, value func(*Totals) float64, format 
 			sText{X: f.x0 - 6, Y: y + rowH/2, Anchor: "end", Size: 12, Fill: "#222", Text: t.Name},
 			sText{X: f.x0 + w + 4, Y: y + rowH/2, Anchor: "start", Size: 11, Fill: "#222", Text: fmt.Sprintf(format, v)})
 	}
+	s.frame = f
 	return s
+}
+
+// mark draws a dashed vertical line at value v across a bar chart, labelled under the bars
+// (the cost chart's floor). A value outside the chart's range draws nothing.
+func (s *scene) mark(v float64, label string) {
+	f := s.frame
+	if f == nil || v <= f.xmin || v > f.xmax {
+		return
+	}
+	x := f.px(v)
+	s.Lines = append(s.Lines, sLine{X1: x, Y1: f.y0, X2: x, Y2: f.y1, Stroke: "#333", Dash: "4 3", Width: 1})
+	s.Texts = append(s.Texts, sText{X: x, Y: f.y1 + 30, Anchor: "middle", Size: 11, Fill: "#333", Text: label})
 }
 
 // scatterCaption is the caption of the cost-recall scatter.
@@ -533,15 +551,18 @@ prices “{{.Profile}}” per million tokens: uncached input {{.Prices.Uncached}
 <table>
 <tr><th>strategy</th><th>input</th><th>cached</th><th>summary in</th><th>summary out</th><th>cost</th><th>vs raw</th><th>peak</th><th>overflows</th><th>invalid</th><th>lost</th><th>recall</th><th>compactions</th><th>p50 µs</th><th>p99 µs</th></tr>
 {{range .Strategies}}<tr><td><i class="swatch" style="background: {{color .Name}}"></i>{{.Name}}</td><td>{{.InputTokens}}</td><td>{{.CachedTokens}}</td><td>{{.SummaryInputTokens}}</td><td>{{.SummaryOutputTokens}}</td><td>{{f3 .Cost}}</td><td>{{pct .CostVsRaw}}</td><td>{{.PeakTokens}}</td><td>{{.Overflows}}</td><td>{{.Invalid}}</td><td>{{.Lost}}</td><td>{{f4 .Recall}}</td><td>{{.Compactions}}</td><td>{{f0 .PrepareP50US}}</td><td>{{f0 .PrepareP99US}}</td></tr>
-{{end}}</table>
+{{end}}<tr class="floor"><td>floor</td><td>{{.Floor.InputTokens}}</td><td>0</td><td></td><td></td><td>{{f3 .Floor.Cost}}</td><td>{{pct .Floor.CostVsRaw}}</td><td></td><td></td><td></td><td></td><td></td><td></td><td></td><td></td></tr>
+</table>
 <h2>Per set of trajectories</h2>
 {{range .Sets}}<h3>{{.Name}}: {{.Trajectories}} runs, {{.Calls}} calls</h3>
 <table>
 <tr><th>strategy</th><th>cost</th><th>vs raw</th><th>recall</th><th>overflows</th><th>invalid</th><th>lost</th><th>compactions</th></tr>
 {{range .Strategies}}<tr><td>{{.Name}}</td><td>{{f3 .Cost}}</td><td>{{pct .CostVsRaw}}</td><td>{{f4 .Recall}}</td><td>{{.Overflows}}</td><td>{{.Invalid}}</td><td>{{.Lost}}</td><td>{{.Compactions}}</td></tr>
-{{end}}</table>
+{{end}}<tr class="floor"><td>floor</td><td>{{f3 .Floor.Cost}}</td><td>{{pct .Floor.CostVsRaw}}</td><td></td><td></td><td></td><td></td><td></td></tr>
+</table>
 {{if .Recorded}}<p class="note">The recorded runs reported {{.Recorded.InputTokens}} input tokens ({{.Recorded.CachedTokens}} cached) over {{.Recorded.Calls}} calls, in the recorded model's own tokenizer.</p>{{end}}
 {{end}}
+<p class="note">Floor: every message sent once, whole, at the uncached price, nothing read from a cache. A strategy that shows every message whole costs at least this; one below it cut something before the model saw it.</p>
 <p class="note">Input tokens are measured by the exact o200k_base counter for every strategy. Cached tokens: the common prefix with the previous request of the run, message by message, when at least 1024 tokens. Recall: the share of the salient terms (paths, identifiers, numbers) of each recorded assistant message that appeared earlier in the history and are present in the prepared request.</p>
 <script>
 (function () {

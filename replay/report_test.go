@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"os"
@@ -89,6 +90,13 @@ func TestReportHTML(t *testing.T) {
 	}
 	if got := strings.Count(ids["frontier"], "<circle class=\"data\""); got != n {
 		t.Errorf("scatter: %d points, want %d", got, n)
+	}
+	// The floor: a dashed line on the cost chart, a row in every table.
+	if res.Floor.Cost <= 0 || !strings.Contains(ids["cost"], fmt.Sprintf("floor %.3f", res.Floor.Cost)) || !strings.Contains(ids["cost"], `stroke-dasharray="4 3"`) {
+		t.Errorf("cost chart has no floor line at %.3f", res.Floor.Cost)
+	}
+	if got := strings.Count(page, `<tr class="floor">`); got != 1+len(res.Sets) {
+		t.Errorf("%d floor rows, want %d (totals and each set)", got, 1+len(res.Sets))
 	}
 	if !strings.Contains(ids["frontier"], "Pareto frontier") {
 		t.Error("scatter has no frontier")
