@@ -45,8 +45,8 @@ func Dialect(schema string) sqlstore.Dialect {
 			}
 			return nil
 		},
-		AppendBatch: `INSERT INTO messages (session, pos, hash, body)
-			SELECT ?, ?::bigint + t.o - 1, t.h, t.b FROM unnest(?::bytea[], ?::bytea[]) WITH ORDINALITY AS t (h, b, o)`,
+		AppendBatch: `INSERT INTO messages (session, pos, hash, body, at)
+			SELECT ?, ?::bigint + t.o - 1, t.h, t.b, ?::timestamptz FROM unnest(?::bytea[], ?::bytea[]) WITH ORDINALITY AS t (h, b, o)`,
 		ArchiveBatch: `INSERT INTO archive (session, pos, body, archived_at)
 			SELECT ?, ?::bigint + t.o - 1, t.b, ? FROM unnest(?::bytea[]) WITH ORDINALITY AS t (b, o)
 			ON CONFLICT (session, pos) DO NOTHING`,

@@ -90,4 +90,10 @@ CREATE TABLE states (
 INSERT INTO states (session, state) SELECT id, state FROM sessions WHERE state IS NOT NULL;
 ALTER TABLE sessions DROP COLUMN state;
 `,
+	// 3: each message stamped with the time it was appended, as in the SQLite store, whose
+	// appends then need not write the session's row; the two stores share their statements.
+	// Rows of earlier versions keep NULL and count with the session's time.
+	`
+ALTER TABLE messages ADD COLUMN at TIMESTAMPTZ;
+`,
 }

@@ -11,8 +11,9 @@ import (
 )
 
 // Dialect is SQLite's sqlstore.Dialect: ? placeholders, session, archive and event times as
-// INTEGER Unix nanoseconds, message and event bodies as TEXT, the Append statements prepared
-// once on the writer, and writes that run to their end once begun. Migrations need no lock of
+// INTEGER Unix nanoseconds, message and event bodies as TEXT, the writer's connection held with
+// its transaction statements and the Append statements prepared once on it, and writes that run
+// to their end once begun. Migrations need no lock of
 // their own: the writer's transactions are BEGIN IMMEDIATE.
 func Dialect() sqlstore.Dialect {
 	return sqlstore.Dialect{
@@ -24,8 +25,10 @@ func Dialect() sqlstore.Dialect {
 		MigrationsTable: `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version INTEGER PRIMARY KEY NOT NULL,
 		applied INTEGER NOT NULL)`,
-		Prepare: true,
-		Detach:  true,
+		Prepare:    true,
+		Detach:     true,
+		HoldWriter: true,
+		Begin:      "BEGIN IMMEDIATE",
 	}
 }
 

@@ -88,4 +88,12 @@ INSERT INTO states (session, state) SELECT id, state FROM sessions WHERE state I
 ALTER TABLE sessions DROP COLUMN state;
 DROP INDEX sessions_updated;
 `,
+	// 3: each message stamped with the time it was appended (Unix nanoseconds). A session's
+	// updated time is the later of its row's and its newest message's, so that an append
+	// writes its messages and not the session's row too (a page less in every commit; the
+	// row is still written when the session is created and by every other write). Rows of
+	// earlier versions keep NULL and count with the session's time.
+	`
+ALTER TABLE messages ADD COLUMN at INTEGER;
+`,
 }

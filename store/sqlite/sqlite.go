@@ -71,7 +71,7 @@ const fallbackCheckpointPages = 10000
 type Store struct {
 	*sqlstore.Store
 	path string  // absolute
-	w    *sql.DB // the writer connection (the sqlstore.Store's)
+	r    *sql.DB // the readers (the sqlstore.Store's; its writer's one connection is held)
 	// stop ends the checkpoint goroutine (CheckpointEvery); done is closed when it has.
 	stop, done  chan struct{}
 	stopOnce    sync.Once
@@ -153,7 +153,7 @@ func Open(path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &Store{Store: s, path: abs, w: w}
+	st := &Store{Store: s, path: abs, r: r}
 	if opts.CheckpointEvery > 0 {
 		st.stop, st.done = make(chan struct{}), make(chan struct{})
 		go st.checkpointLoop(r, opts.CheckpointEvery)

@@ -42,8 +42,9 @@ type Dialect struct {
 	LockMigrations func(ctx context.Context, tx *sql.Tx) error
 
 	// AppendBatch, if set, is one statement that inserts all the messages of an Append, with
-	// the arguments (session, at, hashes [][]byte, bodies [][]byte) and ? placeholders; the
-	// message at index i goes to position at+i. Empty: one INSERT per message.
+	// the arguments (session, at, the time appended as Time writes it, hashes [][]byte,
+	// bodies [][]byte) and ? placeholders; the message at index i goes to position at+i, with
+	// the time in its at column. Empty: one INSERT per message.
 	AppendBatch string
 	// ArchiveBatch, if set, is one statement that archives messages, with the arguments
 	// (session, first, the time archived as Time writes it, bodies [][]byte); positions already
@@ -54,8 +55,9 @@ type Dialect struct {
 	// the write transaction already excludes every other writer (SQLite).
 	LockRows string
 
-	// Prepare: the statements of an Append are prepared once on the writer (SQLite: parsing
-	// them again for every append cost about as much as running them). PostgreSQL's driver
+	// Prepare: the statements of an Append are prepared once on the writer, on its held
+	// connection with HoldWriter (SQLite: parsing them again for every append cost about as
+	// much as running them). PostgreSQL's driver
 	// caches prepared statements per connection by itself.
 	Prepare bool
 	// Detach: a write, once begun, runs to its end; its context is checked before it starts
@@ -65,6 +67,16 @@ type Dialect struct {
 	// well under a millisecond unless another process holds the write lock (the busy timeout
 	// bounds that wait). PostgreSQL writes stay cancellable: a network round trip can hang.
 	Detach bool
+	// HoldWriter: the writer's one connection is held from Open to Close, and every write
+	// runs on it, one at a time, in a transaction begun with Begin and ended with COMMIT or
+	// ROLLBACK, each prepared once on it. Through database/sql each transaction parses its
+	// BEGIN and COMMIT again (SQLite: about a sixth of an append of two messages). The Writer
+	// must allow exactly one open connection.
+	HoldWriter bool
+	// Begin is the statement that begins a write transaction on the held writer ("BEGIN
+	// IMMEDIATE" in SQLite: the write lock is taken at once, so that two processes never
+	// both read and then fail to write). Empty: BEGIN.
+	Begin string
 }
 
 // rebind rewrites the ? placeholders of q for the dialect. The store's statements have no ?

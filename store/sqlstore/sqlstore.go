@@ -70,8 +70,20 @@ type Store struct {
 	gate   sync.RWMutex // shared by every call in progress, exclusive for Close
 	closed bool
 
-	// The statements of an Append, prepared on w when Dialect.Prepare is set (nil otherwise).
+	// The statements of an Append, prepared on w when Dialect.Prepare is set (nil otherwise),
+	// on the held connection when Dialect.HoldWriter is.
 	stmtTouch, stmtCount, stmtInsert *sql.Stmt
+
+	held *heldWriter // Dialect.HoldWriter: every write runs on it
+}
+
+// heldWriter is the writer's one connection, held from Open to Close (Dialect.HoldWriter),
+// with the statements that open and end a transaction prepared on it once. Writes take mu
+// and run one at a time, as the connection can run only one transaction.
+type heldWriter struct {
+	mu                      sync.Mutex
+	conn                    *sql.Conn
+	begin, commit, rollback *sql.Stmt
 }
 
 var _ store.Store = (*Store)(nil)
@@ -91,6 +103,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.closeDBs()
 		return nil, err
 	}
+	if s.d.HoldWriter {
+		if err := s.holdWriter(ctx); err != nil {
+			s.closeDBs()
+			return nil, fmt.Errorf("%s: hold the writer: %w", s.d.Name, err)
+		}
+	}
 	if s.d.Prepare {
 		if err := s.prepare(ctx); err != nil {
 			s.closeDBs()
@@ -100,13 +118,42 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
+// holdWriter takes the writer's connection for the store's life and prepares the statements
+// that begin, commit and roll back a transaction on it.
+func (s *Store) holdWriter(ctx context.Context) error {
+	conn, err := s.w.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	h := &heldWriter{conn: conn}
+	s.held = h
+	begin := s.d.Begin
+	if begin == "" {
+		begin = "BEGIN"
+	}
+	for _, p := range []struct {
+		dst **sql.Stmt
+		sql string
+	}{{&h.begin, begin}, {&h.commit, "COMMIT"}, {&h.rollback, "ROLLBACK"}} {
+		if *p.dst, err = conn.PrepareContext(ctx, p.sql); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (s *Store) prepare(ctx context.Context) error {
 	var err error
 	for _, p := range []struct {
 		dst **sql.Stmt
 		sql string
 	}{{&s.stmtTouch, s.q.touch}, {&s.stmtCount, s.q.count}, {&s.stmtInsert, s.q.insertMessage}} {
-		if *p.dst, err = s.w.PrepareContext(ctx, p.sql); err != nil {
+		if s.held != nil {
+			*p.dst, err = s.held.conn.PrepareContext(ctx, p.sql)
+		} else {
+			*p.dst, err = s.w.PrepareContext(ctx, p.sql)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -114,10 +161,17 @@ func (s *Store) prepare(ctx context.Context) error {
 }
 
 func (s *Store) closeDBs() error {
-	for _, st := range []*sql.Stmt{s.stmtTouch, s.stmtCount, s.stmtInsert} {
+	stmts := []*sql.Stmt{s.stmtTouch, s.stmtCount, s.stmtInsert}
+	if h := s.held; h != nil {
+		stmts = append(stmts, h.begin, h.commit, h.rollback)
+	}
+	for _, st := range stmts {
 		if st != nil {
 			st.Close()
 		}
+	}
+	if s.held != nil {
+		s.held.conn.Close()
 	}
 	var errR error
 	if s.r != s.w {
@@ -128,7 +182,7 @@ func (s *Store) closeDBs() error {
 
 // migrate applies the migrations the database has not recorded yet, in one transaction.
 func (s *Store) migrate(ctx context.Context, migrations []string) error {
-	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err := s.sqlTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if s.d.LockMigrations != nil {
 			if err := s.d.LockMigrations(ctx, tx); err != nil {
 				return err
@@ -189,9 +243,44 @@ func (s *Store) writeCtx(ctx context.Context) context.Context {
 	return ctx
 }
 
-// tx runs fn in one write transaction on the writer and commits it; any error rolls it back.
-// fn runs its statements under the context it is given.
-func (s *Store) tx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+// writer is what a write transaction's statements run on: a *sql.Tx, or the held writer's
+// connection inside the transaction the store began on it.
+type writer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	PrepareContext(ctx context.Context, query string) (*sql.Stmt, error)
+}
+
+// tx runs fn in one write transaction and commits it; any error rolls it back. With a held
+// writer the transaction is begun, committed and rolled back by the statements prepared on
+// it; otherwise it is a database/sql transaction on the writer.
+func (s *Store) tx(ctx context.Context, fn func(ctx context.Context, tx writer) error) error {
+	h := s.held
+	if h == nil {
+		return s.sqlTx(ctx, func(ctx context.Context, tx *sql.Tx) error { return fn(ctx, tx) })
+	}
+	ctx = s.writeCtx(ctx)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, err := h.begin.ExecContext(ctx); err != nil {
+		return err
+	}
+	err := fn(ctx, h.conn)
+	if err == nil {
+		if _, err = h.commit.ExecContext(ctx); err == nil {
+			return nil
+		}
+	}
+	// A failed statement or COMMIT leaves the transaction open (SQLite ends it by itself
+	// only after some I/O errors, when ROLLBACK then reports that none is active).
+	_, _ = h.rollback.ExecContext(ctx)
+	return err
+}
+
+// sqlTx runs fn in one database/sql write transaction on the writer and commits it; any
+// error rolls it back.
+func (s *Store) sqlTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	ctx = s.writeCtx(ctx)
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
@@ -204,25 +293,34 @@ func (s *Store) tx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx)
 	return tx.Commit()
 }
 
-// exec runs a statement in tx: st (prepared on the writer) if set, else q.
-func exec(ctx context.Context, tx *sql.Tx, st *sql.Stmt, q string, args ...any) (sql.Result, error) {
+// stmt returns st (prepared on the writer, or on the held connection) for use in tx.
+func stmt(ctx context.Context, tx writer, st *sql.Stmt) *sql.Stmt {
+	if t, ok := tx.(*sql.Tx); ok {
+		return t.StmtContext(ctx, st)
+	}
+	return st
+}
+
+// exec runs a statement in tx: st (prepared) if set, else q.
+func exec(ctx context.Context, tx writer, st *sql.Stmt, q string, args ...any) (sql.Result, error) {
 	if st != nil {
-		return tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+		return stmt(ctx, tx, st).ExecContext(ctx, args...)
 	}
 	return tx.ExecContext(ctx, q, args...)
 }
 
 // lockSession creates the session's row if needed and sets its updated time; the row (SQLite:
 // the database) stays locked until the transaction ends. Every write that makes a session
-// newer starts with it.
-func (s *Store) lockSession(ctx context.Context, tx *sql.Tx, session string, now time.Time) error {
+// newer starts with it, but an append to a session that has messages: the messages carry
+// their time (see sessionInfo), and their primary key orders concurrent appends.
+func (s *Store) lockSession(ctx context.Context, tx writer, session string, now time.Time) error {
 	t := s.d.Time(now)
 	_, err := exec(ctx, tx, s.stmtTouch, s.q.touch, session, t, t)
 	return err
 }
 
 // ensureSession creates the session's row if needed, without making the session newer.
-func (s *Store) ensureSession(ctx context.Context, tx *sql.Tx, session string, now time.Time) error {
+func (s *Store) ensureSession(ctx context.Context, tx writer, session string, now time.Time) error {
 	t := s.d.Time(now)
 	_, err := tx.ExecContext(ctx, s.q.ensure, session, t, t)
 	return err
@@ -312,14 +410,21 @@ func (s *Store) Append(ctx context.Context, session string, at int, msgs []chat.
 		}
 		return nil
 	}
-	err = s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		if err := s.lockSession(ctx, tx, session, s.now()); err != nil {
-			return err
+	t := s.now()
+	now := s.d.Time(t)
+	err = s.tx(ctx, func(ctx context.Context, tx writer) error {
+		// The messages carry their time (sessionInfo reads the newest as the session's
+		// updated), so the session's row is written only to create it: a session holding
+		// at messages, at > 0, has one (messages reference it).
+		if at == 0 {
+			if err := s.lockSession(ctx, tx, session, t); err != nil {
+				return err
+			}
 		}
 		var n int
 		var row *sql.Row
 		if s.stmtCount != nil {
-			row = tx.StmtContext(ctx, s.stmtCount).QueryRowContext(ctx, session)
+			row = stmt(ctx, tx, s.stmtCount).QueryRowContext(ctx, session)
 		} else {
 			row = tx.QueryRowContext(ctx, s.q.count, session)
 		}
@@ -330,21 +435,21 @@ func (s *Store) Append(ctx context.Context, session string, at int, msgs []chat.
 			return conflictAt(at, session, n)
 		}
 		if s.q.appendBatch != "" {
-			_, err := tx.ExecContext(ctx, s.q.appendBatch, session, at, hashes, bodies)
+			_, err := tx.ExecContext(ctx, s.q.appendBatch, session, at, now, hashes, bodies)
 			return s.conflict(err, "append at %d to session %q", at, session)
 		}
-		var stmt *sql.Stmt
+		var ins *sql.Stmt
 		if s.stmtInsert != nil {
-			stmt = tx.StmtContext(ctx, s.stmtInsert)
+			ins = stmt(ctx, tx, s.stmtInsert)
 		} else {
 			var err error
-			if stmt, err = tx.PrepareContext(ctx, s.q.insertMessage); err != nil {
+			if ins, err = tx.PrepareContext(ctx, s.q.insertMessage); err != nil {
 				return err
 			}
-			defer stmt.Close()
+			defer ins.Close()
 		}
 		for i, b := range bodies {
-			if _, err := stmt.ExecContext(ctx, session, at+i, hashes[i], s.d.Body(b)); err != nil {
+			if _, err := ins.ExecContext(ctx, session, at+i, hashes[i], s.d.Body(b), now); err != nil {
 				return s.conflict(err, "append at %d to session %q", at, session)
 			}
 		}
@@ -438,7 +543,7 @@ func (s *Store) PutSummary(ctx context.Context, session string, sum store.Summar
 	if sum.Version < 1 {
 		return fmt.Errorf("%w: summary version %d", store.ErrConflict, sum.Version)
 	}
-	err = s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err = s.tx(ctx, func(ctx context.Context, tx writer) error {
 		if err := s.lockSession(ctx, tx, session, s.now()); err != nil {
 			return err
 		}
@@ -501,7 +606,7 @@ func (s *Store) Archive(ctx context.Context, session string, first int, msgs []c
 	if len(bodies) == 0 {
 		return loc, nil
 	}
-	err = s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err = s.tx(ctx, func(ctx context.Context, tx writer) error {
 		now := s.now()
 		if err := s.lockSession(ctx, tx, session, now); err != nil {
 			return err
@@ -580,7 +685,7 @@ func (s *Store) Offload(ctx context.Context, session, key, text string, expires 
 		Lines:    store.CountLines(text),
 		Expires:  expires.Round(0),
 	}
-	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err := s.tx(ctx, func(ctx context.Context, tx writer) error {
 		now := s.now()
 		// Like the memory store, a kept result still makes its session exist.
 		if err := s.ensureSession(ctx, tx, session, now); err != nil {
@@ -648,7 +753,7 @@ func (s *Store) PutState(ctx context.Context, session string, state []byte) erro
 	if state == nil {
 		state = []byte{}
 	}
-	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err := s.tx(ctx, func(ctx context.Context, tx writer) error {
 		if err := s.lockSession(ctx, tx, session, s.now()); err != nil {
 			return err
 		}
@@ -687,11 +792,15 @@ func (s *Store) Cleanup(ctx context.Context, now time.Time) (int, error) {
 	if now.IsZero() {
 		return 0, nil
 	}
-	res, err := s.w.ExecContext(s.writeCtx(ctx), s.q.cleanup, nowText(now))
-	if err != nil {
-		return 0, s.wrap(ctx, "cleanup", err)
-	}
-	n, err := res.RowsAffected()
+	var n int64
+	err := s.tx(ctx, func(ctx context.Context, tx writer) error {
+		res, err := tx.ExecContext(ctx, s.q.cleanup, nowText(now))
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
 	return int(n), s.wrap(ctx, "cleanup", err)
 }
 
@@ -719,7 +828,7 @@ func (s *Store) AppendEvent(ctx context.Context, session, kind string, body []by
 	if body == nil {
 		body = []byte{}
 	}
-	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err := s.tx(ctx, func(ctx context.Context, tx writer) error {
 		now := s.now()
 		if err := s.ensureSession(ctx, tx, session, now); err != nil {
 			return err
@@ -766,7 +875,10 @@ func (s *Store) PutConfig(ctx context.Context, session, model string, config []b
 		cfg = string(config)
 	}
 	now := s.d.Time(s.now())
-	_, err := s.w.ExecContext(s.writeCtx(ctx), s.q.putConfig, session, now, now, model, cfg)
+	err := s.tx(ctx, func(ctx context.Context, tx writer) error {
+		_, err := tx.ExecContext(ctx, s.q.putConfig, session, now, now, model, cfg)
+		return err
+	})
 	return s.wrap(ctx, "put config", err)
 }
 
@@ -803,7 +915,7 @@ func (s *Store) Prune(ctx context.Context, olderThan time.Time, dryRun bool) ([]
 	defer s.end()
 	var infos []store.SessionInfo
 	cut := s.d.Time(olderThan)
-	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err := s.tx(ctx, func(ctx context.Context, tx writer) error {
 		if !dryRun && s.q.lockOld != "" {
 			rows, err := tx.QueryContext(ctx, s.q.lockOld, cut)
 			if err != nil {
@@ -816,7 +928,7 @@ func (s *Store) Prune(ctx context.Context, olderThan time.Time, dryRun bool) ([]
 			}
 			rows.Close()
 		}
-		rows, err := tx.QueryContext(ctx, s.q.old, cut)
+		rows, err := tx.QueryContext(ctx, s.q.old, cut, cut)
 		if err != nil {
 			return err
 		}

@@ -34,6 +34,7 @@
 //     latest summary version.
 //   - After Close every method, Close included, returns store.ErrClosed.
 //   - A canceled context makes a method fail with the context's error, storing nothing.
+//   - Appending to a session makes it newer (Updated moves to the append's time).
 //   - Prune deletes exactly the sessions whose Updated (as
 //     Sessions reports it) is before the cut, with everything stored for them, and returns
 //     them; a dry run deletes nothing and returns the same list; a pruned id starts afresh.
@@ -109,6 +110,7 @@ func RunWith(t *testing.T, open func(t *testing.T) store.Store, opts Options) {
 		{"Canceled", testCanceled},
 		{"Closed", testClosed},
 		{"Prune", testPrune},
+		{"AppendMakesNewer", testAppendMakesNewer},
 		{"EventsAndConfig", testEventsAndConfig},
 	}
 	for _, tc := range tests {
@@ -1037,6 +1039,29 @@ func sessionInfo(t *testing.T, s store.Store, id string) store.SessionInfo {
 	}
 	t.Fatalf("Sessions lacks %q: %+v", id, infos)
 	return store.SessionInfo{}
+}
+
+// An append to a session that already has messages makes it newer: Sessions reports a later
+// Updated, and a prune cut between the two times keeps it.
+func testAppendMakesNewer(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustAppend(t, s, "grow", 0, texts("first", 3))
+	before := sessionInfo(t, s, "grow").Updated
+	for time.Now().Before(before.Add(20 * time.Millisecond)) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	mustAppend(t, s, "grow", 3, texts("later", 2))
+	after := sessionInfo(t, s, "grow").Updated
+	if !after.After(before) {
+		t.Fatalf("Updated after an append: %v, before it %v", after, before)
+	}
+	cut := before.Add(10 * time.Millisecond)
+	if got, err := s.Prune(ctx, cut, true); err != nil || len(got) != 0 {
+		t.Fatalf("Prune at a cut before the append: %+v, %v; want nothing", got, err)
+	}
+	if got, err := s.Prune(ctx, after.Add(time.Millisecond), true); err != nil || len(got) != 1 || got[0].ID != "grow" || !got[0].Updated.Equal(after) {
+		t.Fatalf("Prune (dry run) after the append: %+v, %v; want grow updated %v", got, err, after)
+	}
 }
 
 func testPrune(t *testing.T, s store.Store) {
