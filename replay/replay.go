@@ -191,12 +191,12 @@ type SetResult struct {
 // Floor is the cost of sending every message of the history once, whole, at the uncached
 // price, the system prompt and the tools once too: the messages before each trajectory's last
 // call, each billed the first time it is sent, and each call's reply priming (the tokens
-// every request ends with), and nothing ever read again from a cache. A
-// strategy that shows every message whole at least once costs at least this, whatever it
-// does afterwards (a message is new, so uncached, the first time it is sent). One that costs
-// less has cut or dropped something before the model ever saw it whole: an ingestion cap, a
-// truncated page, a summary of turns it never sent. It is the measure of how much is left to
-// save without that.
+// every request ends with), and nothing ever read again from a cache. A strategy that shows
+// every message whole at least once costs at least this, whatever it does afterwards (a
+// message is new, so uncached, the first time it is sent). One that costs less has cut or
+// dropped something before the model ever saw it whole: an ingestion cap, a truncated page,
+// a summary of turns it never sent. It is the measure of how much is left to save without
+// that.
 type Floor struct {
 	InputTokens int64   `json:"input_tokens"`
 	Cost        float64 `json:"cost"`

@@ -57,8 +57,8 @@ type Dialect struct {
 
 	// Prepare: the statements of an Append are prepared once on the writer, on its held
 	// connection with HoldWriter (SQLite: parsing them again for every append cost about as
-	// much as running them). PostgreSQL's driver
-	// caches prepared statements per connection by itself.
+	// much as running them). PostgreSQL's driver caches prepared statements per connection
+	// by itself.
 	Prepare bool
 	// Detach: a write, once begun, runs to its end; its context is checked before it starts
 	// and its cancellation does not interrupt it. The SQLite driver watches every statement
