@@ -12,9 +12,9 @@ import (
 
 // Dialect is SQLite's sqlstore.Dialect: ? placeholders, session, archive and event times as
 // INTEGER Unix nanoseconds, message and event bodies as TEXT, the writer's connection held with
-// its transaction statements and the Append statements prepared once on it, and writes that run
-// to their end once begun. Migrations need no lock of
-// their own: the writer's transactions are BEGIN IMMEDIATE.
+// its transaction statements and the Append statements prepared once on it, and writes that
+// run to their end once begun. Migrations need no lock of their own: the writer's
+// transactions are BEGIN IMMEDIATE.
 func Dialect() sqlstore.Dialect {
 	return sqlstore.Dialect{
 		Name:       "sqlite",

@@ -293,6 +293,18 @@ func (s *Store) sqlTx(ctx context.Context, fn func(ctx context.Context, tx *sql.
 	return tx.Commit()
 }
 
+// execOne runs one write statement on its own (committed when it returns): on the held
+// writer when there is one (its only connection), else on the writer pool.
+func (s *Store) execOne(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	ctx = s.writeCtx(ctx)
+	if h := s.held; h != nil {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.conn.ExecContext(ctx, q, args...)
+	}
+	return s.w.ExecContext(ctx, q, args...)
+}
+
 // stmt returns st (prepared on the writer, or on the held connection) for use in tx.
 func stmt(ctx context.Context, tx writer, st *sql.Stmt) *sql.Stmt {
 	if t, ok := tx.(*sql.Tx); ok {
@@ -792,15 +804,11 @@ func (s *Store) Cleanup(ctx context.Context, now time.Time) (int, error) {
 	if now.IsZero() {
 		return 0, nil
 	}
-	var n int64
-	err := s.tx(ctx, func(ctx context.Context, tx writer) error {
-		res, err := tx.ExecContext(ctx, s.q.cleanup, nowText(now))
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
+	res, err := s.execOne(ctx, s.q.cleanup, nowText(now))
+	if err != nil {
+		return 0, s.wrap(ctx, "cleanup", err)
+	}
+	n, err := res.RowsAffected()
 	return int(n), s.wrap(ctx, "cleanup", err)
 }
 
@@ -875,10 +883,7 @@ func (s *Store) PutConfig(ctx context.Context, session, model string, config []b
 		cfg = string(config)
 	}
 	now := s.d.Time(s.now())
-	err := s.tx(ctx, func(ctx context.Context, tx writer) error {
-		_, err := tx.ExecContext(ctx, s.q.putConfig, session, now, now, model, cfg)
-		return err
-	})
+	_, err := s.execOne(ctx, s.q.putConfig, session, now, now, model, cfg)
 	return s.wrap(ctx, "put config", err)
 }
 
