@@ -103,12 +103,6 @@ type Config struct {
 
 	// MaxBodyBytes bounds a request body; larger ones get 413. Default 32 MiB.
 	MaxBodyBytes int64
-	// EarlyForwardBytes: a chat request body of at least this many bytes (its Content-Length)
-	// whose conversation last went upstream as the client's own bytes is sent upstream as it
-	// arrives, its last byte held back until the pipeline has decided; the early request is
-	// aborted, before the upstream has a complete request, when the pipeline sends anything
-	// else (see early.go). Default 32 KiB; negative: off.
-	EarlyForwardBytes int64
 	// UpstreamTimeout bounds the wait for the upstream's response headers (a stream then runs
 	// as long as the upstream streams). Default 10 minutes.
 	UpstreamTimeout time.Duration
@@ -177,9 +171,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DecodeCacheBytes == 0 {
 		c.DecodeCacheBytes = 64 << 20
-	}
-	if c.EarlyForwardBytes == 0 {
-		c.EarlyForwardBytes = defaultEarlyForwardBytes
 	}
 	return c
 }

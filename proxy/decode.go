@@ -40,23 +40,6 @@ type decoded struct {
 	// extended: a later body continued every message of this one, and appended its hashes
 	// to the array of hashes in place (see wire.Layout; only one continuation may).
 	extended atomic.Bool
-	// verbatim is the upstream URL this body was last sent to as the client's own bytes; nil
-	// or "" when it was last sent otherwise (rewritten), or not yet (see early.go).
-	verbatim atomic.Pointer[string]
-}
-
-// sentAs records how the body was last sent upstream: to target as the client's own bytes
-// when verbatim, rewritten otherwise.
-func (d *decoded) sentAs(target string, verbatim bool) {
-	if d == nil {
-		return
-	}
-	if !verbatim {
-		target = ""
-	}
-	if p := d.verbatim.Load(); p == nil || *p != target {
-		d.verbatim.Store(&target)
-	}
 }
 
 type decodeCache struct {
@@ -89,9 +72,6 @@ type decodeInfo struct {
 	// bps are the messages' cache_control breakpoints, in order (Anthropic bodies only: the
 	// other formats have none).
 	bps []breakpoint
-	// entry is the cache's entry for the body (nil: not cached), which records how the body
-	// went upstream for the next body of the conversation (decoded.sentAs, early.go).
-	entry *decoded
 }
 
 // decode decodes body in format f, reusing the cached conversation it continues, and returns
@@ -155,40 +135,10 @@ func (c *decodeCache) decode(f Format, body []byte) (*chat.Request, decodeInfo, 
 	if f == FormatAnthropic {
 		bps = messageBreakpoints(req.Messages, from, known)
 	}
-	var entry *decoded
 	if lay != nil {
-		entry = &decoded{head: head, lay: lay, hashes: hashes, firstCmd: first, bps: bps}
-		c.store(entry, prev)
+		c.store(&decoded{head: head, lay: lay, hashes: hashes, firstCmd: first, bps: bps}, prev)
 	}
-	return &out, decodeInfo{hashes: hashes, firstCmd: first, bps: bps, entry: entry}, nil
-}
-
-// wentVerbatim returns the upstream URL to which the conversation that a body continues last
-// went as the client's own bytes; "" when it last went rewritten, or no cached conversation
-// shares the body's head. prefix is the body's first bytes, at least headLen of them: among the
-// conversations under its head, the one sharing the longest prefix with it is taken, as decode
-// would take it.
-func (c *decodeCache) wentVerbatim(prefix []byte) string {
-	if c == nil || c.limit <= 0 || len(prefix) < headLen {
-		return ""
-	}
-	head := bodyHead(prefix)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var best *decoded
-	bestN := -1
-	for _, d := range c.byHead[head] {
-		if n := sharedPrefix(d.lay.Body(), prefix); n > bestN {
-			best, bestN = d, n
-		}
-	}
-	if best == nil {
-		return ""
-	}
-	if p := best.verbatim.Load(); p != nil {
-		return *p
-	}
-	return ""
+	return &out, decodeInfo{hashes: hashes, firstCmd: first, bps: bps}, nil
 }
 
 // lookup returns the cached body under head that shares the longest prefix with body.

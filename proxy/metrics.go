@@ -34,7 +34,6 @@ type metrics struct {
 	notStored     prometheus.Counter
 	usageRatio    *prometheus.HistogramVec
 	overhead      *prometheus.HistogramVec
-	early         *prometheus.CounterVec // outcome: sent, dropped
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -82,11 +81,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		overhead: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ctxmgr_overhead_seconds",
 			Help:    "Time the proxy spent on a request before forwarding it (context management), by format.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14)}, []string{"format"}),
-		early: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ctxmgr_early_forwards_total",
-			Help: "Requests sent upstream while their body was arriving, by outcome: sent (the pipeline forwarded the client's bytes, the early request was the request) or dropped (aborted before its last byte, the request sent otherwise)."}, []string{"outcome"}),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.upstream, m.tokensBefore, m.tokensAfter, m.compactions, m.recoveries,
-		m.fallbacks, m.prefixChanged, m.prefixKept, m.verbatim, m.commands, m.reads, m.branches, m.reloads, m.unmanaged, m.lowered, m.busy, m.notStored, m.usageRatio, m.overhead, m.early} {
+		m.fallbacks, m.prefixChanged, m.prefixKept, m.verbatim, m.commands, m.reads, m.branches, m.reloads, m.unmanaged, m.lowered, m.busy, m.notStored, m.usageRatio, m.overhead} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -99,9 +96,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, l := range []string{"compact", "context", "clear"} {
 		m.commands.WithLabelValues(l)
-	}
-	for _, l := range []string{"sent", "dropped"} {
-		m.early.WithLabelValues(l)
 	}
 	for _, l := range unmanagedReasons {
 		m.unmanaged.WithLabelValues(l)

@@ -353,7 +353,6 @@ type exchange struct {
 	flushErr error
 
 	bodies []*sentBody // encoded into reused buffers (bodies.go)
-	early  *early      // the request sent upstream as its body arrived (early.go), if any
 }
 
 // startFlush writes the messages the request added to its session (deferred by
@@ -416,10 +415,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 		s.log.LogAttrs(r.Context(), slog.LevelInfo, "proxy request", attrs...)
 	}()
 
-	x := &exchange{s: s, w: sw, r: r, format: format, log: s.log}
-	// Whatever path returns, an early request not released is dropped (early.go).
-	defer x.dropEarly()
-	body, err := x.readBody(sw)
+	body, err := readBody(sw, r, s.cfg.MaxBodyBytes)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -429,7 +425,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 		writeError(sw, format, http.StatusBadRequest, "invalid_request_error", "reading the request body: "+err.Error())
 		return
 	}
-	x.body = body
+	x := &exchange{s: s, w: sw, r: r, format: format, log: s.log, body: body}
 	dec, di, derr := s.decodes.decode(format, body)
 	if derr == nil {
 		x.di = di
@@ -504,28 +500,10 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 // buffer once (io.ReadAll would grow it by doubling: twice the bytes allocated and copied
 // for the megabyte bodies of long conversations).
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	return readBodyWith(w, r, limit, func(rd io.Reader, n int) ([]byte, error) {
-		buf := make([]byte, n)
-		_, err := io.ReadFull(rd, buf)
-		return buf, err
-	})
-}
-
-// readBody reads the exchange's request body as the package's readBody does; a body of at
-// least Config.EarlyForwardBytes may start an early upstream request as it is read (early.go).
-func (x *exchange) readBody(w http.ResponseWriter) ([]byte, error) {
-	if min := x.s.cfg.EarlyForwardBytes; min > 0 && x.r.ContentLength >= min {
-		return readBodyWith(w, x.r, x.s.cfg.MaxBodyBytes, x.readBodyEarly)
-	}
-	return readBody(w, x.r, x.s.cfg.MaxBodyBytes)
-}
-
-// readBodyWith reads a body of at most limit bytes, with read for one of a declared length.
-func readBodyWith(w http.ResponseWriter, r *http.Request, limit int64, read func(io.Reader, int) ([]byte, error)) ([]byte, error) {
 	rd := http.MaxBytesReader(w, r.Body, limit)
 	if n := r.ContentLength; n > 0 && n <= limit {
-		buf, err := read(rd, int(n))
-		if err != nil {
+		buf := make([]byte, n)
+		if _, err := io.ReadFull(rd, buf); err != nil {
 			return nil, err // a body cut short is an error, not a shorter body
 		}
 		rest, err := io.ReadAll(rd) // nothing: the server holds a body to its Content-Length
@@ -790,18 +768,8 @@ func (x *exchange) encodeSession(out *chat.Request, dst []byte) ([]byte, error) 
 	return b, nil
 }
 
-// send posts body upstream with the client's headers: the early request, if there is one and
-// body is the client's own bytes for its URL (early.go); otherwise the early request is
-// dropped and a new one sent.
+// send posts body upstream with the client's headers.
 func (x *exchange) send(ctx context.Context, body []byte) (*http.Response, error) {
-	verbatim := x.isClientBody(body)
-	if x.di.entry != nil {
-		x.di.entry.sentAs(x.target, verbatim)
-	}
-	if resp, ok, err := x.sendEarly(body); ok {
-		return resp, err
-	}
-	x.dropEarly()
 	var rd io.Reader = bytes.NewReader(body)
 	sb := x.bodyOf(body)
 	if sb != nil {
