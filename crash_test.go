@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 	"github.com/ctxmgr/ctxmgr/chat"
 	"github.com/ctxmgr/ctxmgr/store"
 	"github.com/ctxmgr/ctxmgr/store/files"
+	"github.com/ctxmgr/ctxmgr/store/sqlite"
 	"github.com/ctxmgr/ctxmgr/tokens"
 	"github.com/ctxmgr/ctxmgr/turns"
 )
@@ -24,8 +26,16 @@ import (
 // crashHistory is the deterministic history the child appends: message i is always the same.
 func crashHistory() []chat.Message { return genHistory(rand.New(rand.NewPCG(5, 5)), 60) }
 
-func crashManager(t testing.TB, dir string) (*Manager, store.Store) {
-	st, err := files.Open(dir, files.Options{})
+// crashManager opens the crash test's store in dir: files, or with kind "sqlite-write-behind"
+// SQLite as ctxmgr serve opens it, appends journaled (sqlite.Options.WriteBehind).
+func crashManager(t testing.TB, dir, kind string) (*Manager, store.Store) {
+	var st store.Store
+	var err error
+	if kind == "sqlite-write-behind" {
+		st, err = sqlite.Open(filepath.Join(dir, "ctxmgr.db"), sqlite.Options{Relaxed: true, WriteBehind: 20 * time.Millisecond, Logger: discardLogger()})
+	} else {
+		st, err = files.Open(dir, files.Options{})
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +58,7 @@ func TestCrashHelperProcess(t *testing.T) {
 		t.Skip("helper process for TestCrashDuringCompaction")
 	}
 	ctx := context.Background()
-	m, _ := crashManager(t, dir)
+	m, _ := crashManager(t, dir, os.Getenv("CTXMGR_CRASH_STORE"))
 	sys := []chat.Message{chat.TextMessage(chat.RoleSystem, "sys")}
 	s, err := m.LoadSession(ctx, "crash", sys, nil)
 	if err != nil {
@@ -75,7 +85,16 @@ func TestCrashHelperProcess(t *testing.T) {
 // store from which every message is recoverable: the stored history is an exact prefix of what
 // was appended, every archived position holds the message that was there, summary versions are
 // contiguous, and a restarted process resumes and prepares valid requests.
-func TestCrashDuringCompaction(t *testing.T) {
+func TestCrashDuringCompaction(t *testing.T) { crashDuringCompaction(t, "files") }
+
+// TestCrashDuringCompactionWriteBehind is TestCrashDuringCompaction on SQLite with appends
+// journaled (as ctxmgr serve runs): the journal a kill leaves is applied by the next Open,
+// in order with the archive, summaries and state written meanwhile.
+func TestCrashDuringCompactionWriteBehind(t *testing.T) {
+	crashDuringCompaction(t, "sqlite-write-behind")
+}
+
+func crashDuringCompaction(t *testing.T, kind string) {
 	if testing.Short() {
 		t.Skip("subprocess test")
 	}
@@ -85,7 +104,7 @@ func TestCrashDuringCompaction(t *testing.T) {
 	kills := 0
 	for round := 0; round < 8; round++ {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashHelperProcess$", "-test.count=1")
-		cmd.Env = append(os.Environ(), "CTXMGR_CRASH_DIR="+dir)
+		cmd.Env = append(os.Environ(), "CTXMGR_CRASH_DIR="+dir, "CTXMGR_CRASH_STORE="+kind)
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
 		if err := cmd.Start(); err != nil {
@@ -103,10 +122,10 @@ func TestCrashDuringCompaction(t *testing.T) {
 			<-done
 			kills++
 		}
-		checkCrashStore(t, dir, hist)
+		checkCrashStore(t, dir, kind, hist)
 	}
 	// A last run to the end: the session resumes and completes.
-	m, st := crashManager(t, dir)
+	m, st := crashManager(t, dir, kind)
 	defer st.Close()
 	s, err := m.LoadSession(context.Background(), "crash", []chat.Message{chat.TextMessage(chat.RoleSystem, "sys")}, nil)
 	if err != nil {
@@ -123,10 +142,10 @@ func TestCrashDuringCompaction(t *testing.T) {
 	t.Logf("%d kills; %d messages; summary v%d", kills, len(hist), s.Stats().SummaryVersion)
 }
 
-func checkCrashStore(t *testing.T, dir string, hist []chat.Message) {
+func checkCrashStore(t *testing.T, dir, kind string, hist []chat.Message) {
 	t.Helper()
 	ctx := context.Background()
-	m, st := crashManager(t, dir)
+	m, st := crashManager(t, dir, kind)
 	defer st.Close()
 	got, err := st.Messages(ctx, "crash", 0, -1)
 	if err != nil {

@@ -243,7 +243,7 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	// the SQLite write adds.
 	shared := os.Getenv("CTXMGR_BENCH_WRITE_FIRST") != ""
 	newProxy := func(b *testing.B, window int, up *httptest.Server) *httptest.Server {
-		st, err := sqlite.Open(filepath.Join(b.TempDir(), "bench.db"), sqlite.Options{Relaxed: true, CheckpointEvery: 200 * time.Millisecond}) // as ctxmgr serve opens it
+		st, err := sqlite.Open(filepath.Join(b.TempDir(), "bench.db"), sqlite.Options{Relaxed: true, CheckpointEvery: 200 * time.Millisecond, WriteBehind: 20 * time.Millisecond}) // as ctxmgr serve opens it
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -26,6 +26,12 @@ import (
 )
 
 // serveOptions holds the flags of the serve command.
+// serveWriteBehind is how long a journaled append may wait before it is applied to the SQLite
+// database (sqlite.Options.WriteBehind): long enough that a batch holds many appends when
+// requests come fast, short enough that another process reading the database (ctxmgr
+// sessions) sees them almost at once.
+const serveWriteBehind = 20 * time.Millisecond
+
 type serveOptions struct {
 	listen            string
 	upstreamOpenAI    string
@@ -110,7 +116,7 @@ requests and streams finish (up to --shutdown-timeout).
 	f.DurationVar(&o.limits.WriteTimeout, "write-timeout", proxy.DefaultWriteTimeout, "how long each write of an answer may take (a stream gets it anew for every event)")
 	f.DurationVar(&o.limits.IdleTimeout, "idle-timeout", proxy.DefaultIdleTimeout, "how long a keep-alive connection may wait for its next request")
 	f.IntVar(&o.limits.MaxConns, "max-conns", proxy.DefaultMaxConns, "connections served at once (more wait to be accepted)")
-	f.BoolVar(&o.syncAppends, "sync-appends", false, "SQLite: fsync every append (synchronous=FULL). Off: synchronous=NORMAL, safe when the process dies, and an append lost to a power cut is sent again by the client with its next request")
+	f.BoolVar(&o.syncAppends, "sync-appends", false, "SQLite: fsync every append (synchronous=FULL), each in its own transaction. Off: synchronous=NORMAL and appends journaled, applied in batches 20ms later; safe when the process dies, and an append lost to a power cut is sent again by the client with its next request")
 	f.StringVar(&o.pprof, "pprof", "", "serve net/http/pprof on this address, e.g. 127.0.0.1:6060 (off by default; never expose it publicly)")
 	addSummarizerFlags(f, &o.summarizer)
 	return cmd
@@ -198,8 +204,14 @@ func runServe(cmd *cobra.Command, o *serveOptions) error {
 
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	// SQLite checkpoints run beside the writes, not inside them (sqlite.Options.CheckpointEvery).
-	st, err := openStore(ctx, o.store, sqlite.Options{Relaxed: !o.syncAppends, CheckpointEvery: 200 * time.Millisecond})
+	// SQLite checkpoints run beside the writes, not inside them (sqlite.Options.CheckpointEvery),
+	// and, unless every append is fsynced, appends are journaled and applied in batches
+	// (sqlite.Options.WriteBehind): an append then costs a write(2), not a commit.
+	lite := sqlite.Options{Relaxed: !o.syncAppends, CheckpointEvery: 200 * time.Millisecond, Logger: logger}
+	if lite.Relaxed {
+		lite.WriteBehind = serveWriteBehind
+	}
+	st, err := openStore(ctx, o.store, lite)
 	if err != nil {
 		return err
 	}

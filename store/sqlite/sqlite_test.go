@@ -34,6 +34,12 @@ func TestConformanceAsServed(t *testing.T) {
 	conformance(t, sqlite.Options{Relaxed: true, CheckpointEvery: 5 * time.Millisecond})
 }
 
+// TestConformanceWriteBehind: the contract holds with appends journaled and applied 5 ms
+// later (Options.WriteBehind): every call but Append sees the appends made before it.
+func TestConformanceWriteBehind(t *testing.T) {
+	conformance(t, sqlite.Options{Relaxed: true, CheckpointEvery: 5 * time.Millisecond, WriteBehind: 5 * time.Millisecond})
+}
+
 func conformance(t *testing.T, opts sqlite.Options) {
 	storetest.RunReopen(t,
 		func(t *testing.T) store.Store {

@@ -15,6 +15,7 @@ type queries struct {
 	count, insertMessage        string
 	appendBatch                 string
 	messages, sessions          string
+	hashes                      string
 
 	latestSummary, insertSummary, summaries string
 
@@ -61,6 +62,7 @@ func newQueries(d *Dialect) queries {
 		appendBatch:   d.AppendBatch,
 		messages:      `SELECT body FROM messages WHERE session = ? AND pos >= ? AND pos < ? ORDER BY pos`,
 		sessions:      sessionInfo(d) + ` ORDER BY s.id`,
+		hashes:        `SELECT hash FROM messages WHERE session = ? AND pos >= ? AND pos < ? ORDER BY pos`,
 
 		latestSummary: `SELECT COALESCE(MAX(version), 0) FROM summaries WHERE session = ?`,
 		insertSummary: `INSERT INTO summaries (session, version, text, from_pos, to_pos, created, summarizer)
@@ -109,7 +111,7 @@ func newQueries(d *Dialect) queries {
 	q.deleteSession = append(q.deleteSession, `DELETE FROM sessions WHERE id = ?`)
 
 	for _, p := range []*string{&q.recordMigration, &q.touch, &q.ensure, &q.touchUpdated, &q.count,
-		&q.insertMessage, &q.appendBatch, &q.messages, &q.sessions, &q.latestSummary, &q.insertSummary,
+		&q.insertMessage, &q.appendBatch, &q.messages, &q.sessions, &q.hashes, &q.latestSummary, &q.insertSummary,
 		&q.summaries, &q.archive, &q.archiveBatch, &q.readArchive, &q.offload, &q.offloadInfo,
 		&q.readOffload, &q.cleanup, &q.putState, &q.state, &q.putConfig, &q.config, &q.appendEvent,
 		&q.events, &q.lockOld, &q.old} {

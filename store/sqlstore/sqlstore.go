@@ -32,6 +32,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"sync"
 	"time"
@@ -56,6 +57,17 @@ type Config struct {
 	// archive rows, events and migrations, and decides whether ReadOffload or Offload sees a
 	// result as expired. Nil means time.Now.
 	Now func() time.Time
+	// Journal is the path prefix of the append journal (journal.go): Open applies what a
+	// journal left there holds, and with WriteBehind > 0 appends go through it. Empty: none
+	// (a database several processes write at once, such as PostgreSQL's, must have none).
+	Journal string
+	// WriteBehind, with Journal, makes an Append return once it is in the journal; the
+	// journal is applied to the database at most this long after. Zero: appends write the
+	// database.
+	WriteBehind time.Duration
+	// Logger receives what the journal reports (records applied at Open, failed applies,
+	// dropped records). Nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // Store is the SQL store.Store. All methods are safe for concurrent use, and several
@@ -75,6 +87,8 @@ type Store struct {
 	stmtTouch, stmtCount, stmtInsert *sql.Stmt
 
 	held *heldWriter // Dialect.HoldWriter: every write runs on it
+
+	j *journal // Config.WriteBehind: the append journal, if this process holds it
 }
 
 // heldWriter is the writer's one connection, held from Open to Close (Dialect.HoldWriter),
@@ -114,6 +128,18 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			s.closeDBs()
 			return nil, fmt.Errorf("%s: prepare: %w", s.d.Name, err)
 		}
+	}
+	if cfg.Journal != "" {
+		log := cfg.Logger
+		if log == nil {
+			log = slog.Default()
+		}
+		j, err := openJournal(ctx, s, cfg.Journal, cfg.WriteBehind, log)
+		if err != nil {
+			s.closeDBs()
+			return nil, fmt.Errorf("%s: %w", s.d.Name, err)
+		}
+		s.j = j
 	}
 	return s, nil
 }
@@ -234,6 +260,21 @@ func (s *Store) begin(ctx context.Context, ids ...string) error {
 }
 
 func (s *Store) end() { s.gate.RUnlock() }
+
+// beginSettled is begin for every call but Append: it also waits until the appends made
+// before it are in the database (see journal.go), so that the call sees them.
+func (s *Store) beginSettled(ctx context.Context, ids ...string) error {
+	if err := s.begin(ctx, ids...); err != nil {
+		return err
+	}
+	if s.j != nil {
+		if err := s.j.settle(); err != nil {
+			s.end()
+			return fmt.Errorf("%s: %w", s.d.Name, err)
+		}
+	}
+	return nil
+}
 
 // writeCtx is the context a write runs under (see Dialect.Detach).
 func (s *Store) writeCtx(ctx context.Context) context.Context {
@@ -412,6 +453,9 @@ func (s *Store) Append(ctx context.Context, session string, at int, msgs []chat.
 	if at < 0 {
 		return conflictAt(at, session, -1)
 	}
+	if s.j != nil {
+		return s.wrap(ctx, "append", s.j.append(ctx, session, at, s.now(), hashes, bodies))
+	}
 	if len(bodies) == 0 {
 		var n int
 		if err := s.r.QueryRowContext(ctx, s.q.count, session).Scan(&n); err != nil {
@@ -423,56 +467,62 @@ func (s *Store) Append(ctx context.Context, session string, at int, msgs []chat.
 		return nil
 	}
 	t := s.now()
-	now := s.d.Time(t)
 	err = s.tx(ctx, func(ctx context.Context, tx writer) error {
-		// The messages carry their time (sessionInfo reads the newest as the session's
-		// updated), so the session's row is written only to create it: a session holding
-		// at messages, at > 0, has one (messages reference it).
-		if at == 0 {
-			if err := s.lockSession(ctx, tx, session, t); err != nil {
-				return err
-			}
-		}
-		var n int
-		var row *sql.Row
-		if s.stmtCount != nil {
-			row = stmt(ctx, tx, s.stmtCount).QueryRowContext(ctx, session)
-		} else {
-			row = tx.QueryRowContext(ctx, s.q.count, session)
-		}
-		if err := row.Scan(&n); err != nil {
-			return err
-		}
-		if n != at {
-			return conflictAt(at, session, n)
-		}
-		if s.q.appendBatch != "" {
-			_, err := tx.ExecContext(ctx, s.q.appendBatch, session, at, now, hashes, bodies)
-			return s.conflict(err, "append at %d to session %q", at, session)
-		}
-		var ins *sql.Stmt
-		if s.stmtInsert != nil {
-			ins = stmt(ctx, tx, s.stmtInsert)
-		} else {
-			var err error
-			if ins, err = tx.PrepareContext(ctx, s.q.insertMessage); err != nil {
-				return err
-			}
-			defer ins.Close()
-		}
-		for i, b := range bodies {
-			if _, err := ins.ExecContext(ctx, session, at+i, hashes[i], s.d.Body(b), now); err != nil {
-				return s.conflict(err, "append at %d to session %q", at, session)
-			}
-		}
-		return nil
+		return s.appendRows(ctx, tx, session, at, t, hashes, bodies)
 	})
 	return s.wrap(ctx, "append", err)
 }
 
+// appendRows is Append's transaction: it checks that the session holds exactly at messages
+// (store.ErrConflict otherwise) and inserts the messages at at, at+1, ... stamped with t.
+func (s *Store) appendRows(ctx context.Context, tx writer, session string, at int, t time.Time, hashes, bodies [][]byte) error {
+	// The messages carry their time (sessionInfo reads the newest as the session's
+	// updated), so the session's row is written only to create it: a session holding
+	// at messages, at > 0, has one (messages reference it).
+	if at == 0 {
+		if err := s.lockSession(ctx, tx, session, t); err != nil {
+			return err
+		}
+	}
+	var n int
+	var row *sql.Row
+	if s.stmtCount != nil {
+		row = stmt(ctx, tx, s.stmtCount).QueryRowContext(ctx, session)
+	} else {
+		row = tx.QueryRowContext(ctx, s.q.count, session)
+	}
+	if err := row.Scan(&n); err != nil {
+		return err
+	}
+	if n != at {
+		return conflictAt(at, session, n)
+	}
+	now := s.d.Time(t)
+	if s.q.appendBatch != "" {
+		_, err := tx.ExecContext(ctx, s.q.appendBatch, session, at, now, hashes, bodies)
+		return s.conflict(err, "append at %d to session %q", at, session)
+	}
+	var ins *sql.Stmt
+	if s.stmtInsert != nil {
+		ins = stmt(ctx, tx, s.stmtInsert)
+	} else {
+		var err error
+		if ins, err = tx.PrepareContext(ctx, s.q.insertMessage); err != nil {
+			return err
+		}
+		defer ins.Close()
+	}
+	for i, b := range bodies {
+		if _, err := ins.ExecContext(ctx, session, at+i, hashes[i], s.d.Body(b), now); err != nil {
+			return s.conflict(err, "append at %d to session %q", at, session)
+		}
+	}
+	return nil
+}
+
 // Messages implements store.Store.
 func (s *Store) Messages(ctx context.Context, session string, from, to int) ([]chat.Message, error) {
-	if err := s.begin(ctx, session); err != nil {
+	if err := s.beginSettled(ctx, session); err != nil {
 		return nil, err
 	}
 	defer s.end()
@@ -526,7 +576,7 @@ func scanInfos(rows *sql.Rows) ([]store.SessionInfo, error) {
 
 // Sessions implements store.Store.
 func (s *Store) Sessions(ctx context.Context) ([]store.SessionInfo, error) {
-	if err := s.begin(ctx); err != nil {
+	if err := s.beginSettled(ctx); err != nil {
 		return nil, err
 	}
 	defer s.end()
@@ -548,7 +598,7 @@ func (s *Store) PutSummary(ctx context.Context, session string, sum store.Summar
 	if err != nil {
 		return err
 	}
-	if err := s.begin(ctx, session); err != nil {
+	if err := s.beginSettled(ctx, session); err != nil {
 		return err
 	}
 	defer s.end()
@@ -575,7 +625,7 @@ func (s *Store) PutSummary(ctx context.Context, session string, sum store.Summar
 
 // Summaries implements store.Store.
 func (s *Store) Summaries(ctx context.Context, session string) ([]store.Summary, error) {
-	if err := s.begin(ctx, session); err != nil {
+	if err := s.beginSettled(ctx, session); err != nil {
 		return nil, err
 	}
 	defer s.end()
@@ -610,7 +660,7 @@ func (s *Store) Archive(ctx context.Context, session string, first int, msgs []c
 	if err != nil {
 		return "", err
 	}
-	if err := s.begin(ctx, session); err != nil {
+	if err := s.beginSettled(ctx, session); err != nil {
 		return "", err
 	}
 	defer s.end()
@@ -647,7 +697,7 @@ func (s *Store) Archive(ctx context.Context, session string, first int, msgs []c
 
 // ReadArchive implements store.Store.
 func (s *Store) ReadArchive(ctx context.Context, session string, from, to int) ([]store.Archived, error) {
-	if err := s.begin(ctx, session); err != nil {
+	if err := s.beginSettled(ctx, session); err != nil {
 		return nil, err
 	}
 	defer s.end()
@@ -686,7 +736,7 @@ func (s *Store) readArchived(ctx context.Context, session string, from, to int) 
 // Offload implements store.Store. A stored, unexpired key keeps its first text; an expired one
 // is replaced. Both are one statement, so concurrent offloads of a key agree on one text.
 func (s *Store) Offload(ctx context.Context, session, key, text string, expires time.Time) (store.Offloaded, error) {
-	if err := s.begin(ctx, session, key); err != nil {
+	if err := s.beginSettled(ctx, session, key); err != nil {
 		return store.Offloaded{}, err
 	}
 	defer s.end()
@@ -732,7 +782,7 @@ func (s *Store) Offload(ctx context.Context, session, key, text string, expires 
 
 // ReadOffload implements store.Store.
 func (s *Store) ReadOffload(ctx context.Context, session, key string, fromLine, maxLines int) (string, int, error) {
-	if err := s.begin(ctx, session, key); err != nil {
+	if err := s.beginSettled(ctx, session, key); err != nil {
 		return "", 0, err
 	}
 	defer s.end()
@@ -758,7 +808,7 @@ func (s *Store) ReadOffload(ctx context.Context, session, key string, fromLine, 
 
 // PutState implements store.Store.
 func (s *Store) PutState(ctx context.Context, session string, state []byte) error {
-	if err := s.begin(ctx, session); err != nil {
+	if err := s.beginSettled(ctx, session); err != nil {
 		return err
 	}
 	defer s.end()
@@ -777,7 +827,7 @@ func (s *Store) PutState(ctx context.Context, session string, state []byte) erro
 
 // State implements store.Store.
 func (s *Store) State(ctx context.Context, session string) ([]byte, error) {
-	if err := s.begin(ctx, session); err != nil {
+	if err := s.beginSettled(ctx, session); err != nil {
 		return nil, err
 	}
 	defer s.end()
@@ -797,7 +847,7 @@ func (s *Store) State(ctx context.Context, session string) ([]byte, error) {
 
 // Cleanup implements store.Store.
 func (s *Store) Cleanup(ctx context.Context, now time.Time) (int, error) {
-	if err := s.begin(ctx); err != nil {
+	if err := s.beginSettled(ctx); err != nil {
 		return 0, err
 	}
 	defer s.end()
@@ -820,6 +870,9 @@ func (s *Store) Close() error {
 		return store.ErrClosed
 	}
 	s.closed = true
+	if s.j != nil {
+		s.j.close()
+	}
 	if err := s.closeDBs(); err != nil {
 		return fmt.Errorf("%s: close: %w", s.d.Name, err)
 	}
@@ -829,7 +882,7 @@ func (s *Store) Close() error {
 // AppendEvent implements store.Store: the event is stored with the store's time, the session
 // created if needed (without making it newer). body is stored as given (normally JSON).
 func (s *Store) AppendEvent(ctx context.Context, session, kind string, body []byte) error {
-	if err := s.begin(ctx, session); err != nil {
+	if err := s.beginSettled(ctx, session); err != nil {
 		return err
 	}
 	defer s.end()
@@ -849,7 +902,7 @@ func (s *Store) AppendEvent(ctx context.Context, session, kind string, body []by
 
 // Events implements store.Store.
 func (s *Store) Events(ctx context.Context, session string) ([]store.Event, error) {
-	if err := s.begin(ctx, session); err != nil {
+	if err := s.beginSettled(ctx, session); err != nil {
 		return nil, err
 	}
 	defer s.end()
@@ -874,7 +927,7 @@ func (s *Store) Events(ctx context.Context, session string) ([]store.Event, erro
 
 // PutConfig implements store.Store.
 func (s *Store) PutConfig(ctx context.Context, session, model string, config []byte) error {
-	if err := s.begin(ctx, session); err != nil {
+	if err := s.beginSettled(ctx, session); err != nil {
 		return err
 	}
 	defer s.end()
@@ -889,7 +942,7 @@ func (s *Store) PutConfig(ctx context.Context, session, model string, config []b
 
 // Config implements store.Store.
 func (s *Store) Config(ctx context.Context, session string) (model string, config []byte, err error) {
-	if err := s.begin(ctx, session); err != nil {
+	if err := s.beginSettled(ctx, session); err != nil {
 		return "", nil, err
 	}
 	defer s.end()
@@ -914,7 +967,7 @@ func (s *Store) Config(ctx context.Context, session string) (model string, confi
 // updated time no longer qualifies) or deleted whole before the write, which then starts the
 // session afresh.
 func (s *Store) Prune(ctx context.Context, olderThan time.Time, dryRun bool) ([]store.SessionInfo, error) {
-	if err := s.begin(ctx); err != nil {
+	if err := s.beginSettled(ctx); err != nil {
 		return nil, err
 	}
 	defer s.end()
