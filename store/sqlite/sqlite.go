@@ -12,7 +12,9 @@
 //
 // Every multi-row change is one transaction: after a crash (even SIGKILL in the middle of an
 // Append) the history holds exactly the calls that returned, plus possibly the one in flight,
-// whole or not at all.
+// whole or not at all. With Options.WriteBehind (what ctxmgr serve uses) an Append is written
+// to a journal beside the database and applied in batches; Open applies what a killed
+// process's journal holds, so the same holds once the database is opened again.
 package sqlite
 
 import (

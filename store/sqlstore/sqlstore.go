@@ -21,6 +21,10 @@
 //     holds at commit. Unique keys on (session, pos) and (session, version) back this up: a
 //     violation (Dialect.IsConflict) is store.ErrConflict too, as are an Append at a negative
 //     position and a summary version below 1.
+//   - With Config.WriteBehind (SQLite only), an Append returns once it is written to a
+//     journal, applied to the database in batches; every other call first waits for the
+//     appends made before it, and Open applies what a dead process's journal holds, so that
+//     the two rules above hold as seen through the store (journal.go states the rest).
 //   - Errors: store errors (ErrConflict, ErrNotFound, ...) and context errors come back as
 //     they are; a call whose context ended returns the context's error; any other database
 //     error is wrapped as "<dialect name>: <operation>: %w".
