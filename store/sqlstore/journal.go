@@ -43,8 +43,8 @@ import (
 //     append to a session this one journals, the check has passed on a stale length: the
 //     record then fails its check when applied and is dropped, logged at Error level with
 //     its session and position (its client, which resends its history, appends it again).
-//     ctxmgr serve is the only writer of its sessions; the CLI reads them, and prunes only
-//     sessions idle for longer than WriteBehind.
+//     ctxmgr serve is the only writer of its sessions; the CLI reads them, and its prune
+//     removes sessions idle for --older-than, days in practice against WriteBehind's 20 ms.
 //   - A failing apply (I/O error, disk full) drops nothing: the records stay in the journal
 //     and are retried, and every call that must see them fails with the error meanwhile.
 //
