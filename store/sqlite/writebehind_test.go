@@ -3,6 +3,7 @@ package sqlite_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"io"
 	"log/slog"
@@ -268,5 +269,51 @@ func TestWriteBehindNeedsRelaxed(t *testing.T) {
 	_, err := sqlite.Open(filepath.Join(t.TempDir(), "ctxmgr.db"), sqlite.Options{WriteBehind: time.Millisecond})
 	if err == nil || !strings.Contains(err.Error(), "Relaxed") {
 		t.Fatalf("Open: %v", err)
+	}
+}
+
+// TestWriteBehindFailedApplyKept: an apply that fails (here a trigger another connection
+// adds makes every insert of session f fail) drops nothing: the calls that must see the
+// appends return the error meanwhile, the records stay in the journal, and once the cause
+// is gone the retry applies them.
+func TestWriteBehindFailedApplyKept(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ctxmgr.db")
+	s := open(t, path, writeBehind(io.Discard))
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`CREATE TRIGGER fail BEFORE INSERT ON messages WHEN NEW.session = 'f'
+		BEGIN SELECT RAISE(ABORT, 'injected failure'); END`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Append(ctx, "f", 0, msgs(0, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Messages(ctx, "f", 0, -1); err == nil || !strings.Contains(err.Error(), "injected failure") {
+		t.Fatalf("Messages while the apply fails: %v, want its error", err)
+	}
+	if journalSize(t, path) == 0 {
+		t.Fatal("the journal was emptied by a failed apply")
+	}
+	if _, err := db.Exec(`DROP TRIGGER fail`); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := s.Messages(ctx, "f", 0, -1)
+		if err == nil {
+			storetest.EqualMessages(t, "f", got, storetest.RoundTrip(t, msgs(0, 2)))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the apply was not retried: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := journalSize(t, path); n != 0 {
+		t.Fatalf("the journal holds %d bytes after the retry succeeded", n)
 	}
 }
