@@ -69,9 +69,10 @@ type Options struct {
 	// costs a write instead of a commit. It requires Relaxed, whose durability it has: an
 	// append survives the process's death (Open applies what a dead process's journal
 	// holds), not a power cut. Every other call of this store first waits until the appends
-	// made before it are in the database, so the store behaves as without it; another
-	// process sees an append up to WriteBehind late, and one process at a time journals a
-	// database (the others append directly). See package sqlstore's journal.go for what an
+	// made before it are in the database, so the store behaves as without it. One process
+	// at a time journals a database; the others append directly, and their other calls
+	// wait for what the journal holds to be applied (up to the journaling process's
+	// WriteBehind), so that they see it too. See package sqlstore's journal.go for what an
 	// append another process makes to the same session does. ctxmgr serve uses 20ms.
 	WriteBehind time.Duration
 	// Logger receives the journal's reports (appends recovered at Open, failed applies).

@@ -317,3 +317,38 @@ func TestWriteBehindFailedApplyKept(t *testing.T) {
 		t.Fatalf("the journal holds %d bytes after the retry succeeded", n)
 	}
 }
+
+// TestWriteBehindSeenByAnotherStore: a store that does not journal (the CLI beside ctxmgr
+// serve) sees the appends the journaling store made before its call, though they are not
+// applied yet: it waits until they are (WriteBehind at most), and no longer than its
+// context allows.
+func TestWriteBehindSeenByAnotherStore(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ctxmgr.db")
+	a := open(t, path, sqlite.Options{Relaxed: true, WriteBehind: time.Second, Logger: slog.New(slog.DiscardHandler)})
+	if err := a.Append(ctx, "s", 0, msgs(0, 2)); err != nil {
+		t.Fatal(err)
+	}
+	b := open(t, path, sqlite.Options{})
+	if b.Journaling() {
+		t.Fatal("a second store journals")
+	}
+	wantHistory(t, b, "s", 2)
+	if journalSize(t, path) != 0 {
+		t.Fatal("the other store read the history before the journal was applied")
+	}
+
+	path = filepath.Join(t.TempDir(), "ctxmgr.db")
+	a = open(t, path, writeBehind(io.Discard))
+	if err := a.Append(ctx, "s", 0, msgs(0, 2)); err != nil {
+		t.Fatal(err)
+	}
+	b = open(t, path, sqlite.Options{})
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := b.Messages(short, "s", 0, -1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Messages while the journal is never applied: %v, want the context's deadline", err)
+	}
+	wantHistory(t, a, "s", 2)
+	wantHistory(t, b, "s", 2) // a settled: applied
+}

@@ -35,8 +35,9 @@ import (
 //     anything else.
 //   - This process reads what it wrote: every other call first waits until the appends
 //     made before it are in the database (settle), so that the store.Store contract holds
-//     unchanged; only Append is faster. Another process reading the database sees an
-//     append up to WriteBehind late.
+//     unchanged; only Append is faster. Another process's store sees them too: its calls
+//     but Append first wait until the records the journal holds are applied, at most the
+//     journaling process's WriteBehind, and apply them if that process is gone (watch.go).
 //   - Position checks: Append compares at with the session's length, its records in flight
 //     included. Only one process at a time journals a database (an exclusive flock on the
 //     journal's first file; another process appends directly). Should another process
@@ -96,18 +97,62 @@ type journal struct {
 	dropped      int
 }
 
+// journalLockWait is how long openJournal waits for a lock another process holds: a
+// process that only recovers (Open without WriteBehind, a watcher) holds it for the time of
+// an apply, a process that journals for its life.
+const journalLockWait = 2 * time.Second
+
 // openJournal opens the journal at prefix: it takes the journal's lock, applies what the
 // files hold (a process that died left it) and empties them. With delay > 0 it keeps the
 // lock and returns the journal, running; otherwise it releases the lock and returns nil.
-// If another process holds the lock it returns nil: that process journals, this one
-// appends directly.
+// If another process holds the lock (for journalLockWait, when delay > 0) it returns nil:
+// that process journals, this one appends directly.
 func openJournal(ctx context.Context, s *Store, prefix string, delay time.Duration, log *slog.Logger) (*journal, error) {
 	if delay <= 0 {
-		// Recover only: nothing to do if no journal was ever written here.
-		if _, err := os.Stat(prefix + "-0"); errors.Is(err, os.ErrNotExist) {
+		_, err := recoverJournal(ctx, s, prefix, log)
+		return nil, err
+	}
+	deadline := time.Now().Add(journalLockWait)
+	for {
+		j, err := lockJournal(ctx, s, prefix, delay, log)
+		if err != nil {
+			return nil, err
+		}
+		if j != nil {
+			j.kick, j.urgent = make(chan struct{}, 1), make(chan struct{}, 1)
+			j.stop, j.done = make(chan struct{}), make(chan struct{})
+			go j.run()
+			return j, nil
+		}
+		if time.Now().After(deadline) {
 			return nil, nil
 		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
+}
+
+// recoverJournal applies what the journal at prefix holds and empties it, if no process
+// holds its lock; held reports that one does.
+func recoverJournal(ctx context.Context, s *Store, prefix string, log *slog.Logger) (held bool, err error) {
+	// Nothing to do if no journal was ever written here.
+	if _, err := os.Stat(prefix + "-0"); errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	j, err := lockJournal(ctx, s, prefix, 0, log)
+	if err != nil || j == nil {
+		return err == nil, err
+	}
+	j.closeFiles()
+	return false, nil
+}
+
+// lockJournal opens the journal's files, takes its lock and recovers: nil if another
+// process holds the lock.
+func lockJournal(ctx context.Context, s *Store, prefix string, delay time.Duration, log *slog.Logger) (*journal, error) {
 	j := &journal{s: s, delay: delay, log: log, next: map[string]jnext{}}
 	j.settled = sync.NewCond(&j.mu)
 	for i := range j.files {
@@ -130,13 +175,6 @@ func openJournal(ctx context.Context, s *Store, prefix string, delay time.Durati
 		j.closeFiles()
 		return nil, err
 	}
-	if delay <= 0 {
-		j.closeFiles()
-		return nil, nil
-	}
-	j.kick, j.urgent = make(chan struct{}, 1), make(chan struct{}, 1)
-	j.stop, j.done = make(chan struct{}), make(chan struct{})
-	go j.run()
 	return j, nil
 }
 

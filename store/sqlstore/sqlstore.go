@@ -92,7 +92,8 @@ type Store struct {
 
 	held *heldWriter // Dialect.HoldWriter: every write runs on it
 
-	j *journal // Config.WriteBehind: the append journal, if this process holds it
+	j     *journal // Config.WriteBehind: the append journal, if this process holds it
+	watch *watcher // Config.Journal without j: waits for another process's journal
 }
 
 // heldWriter is the writer's one connection, held from Open to Close (Dialect.HoldWriter),
@@ -144,6 +145,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("%s: %w", s.d.Name, err)
 		}
 		s.j = j
+		if j == nil {
+			s.watch = &watcher{s: s, prefix: cfg.Journal, log: log}
+			if cfg.WriteBehind > 0 {
+				log.Warn("sqlstore: another process journals this database; this one appends directly (slower) and reads what that process appends once it is applied",
+					slog.String("journal", cfg.Journal))
+			}
+		}
 	}
 	return s, nil
 }
@@ -271,11 +279,16 @@ func (s *Store) beginSettled(ctx context.Context, ids ...string) error {
 	if err := s.begin(ctx, ids...); err != nil {
 		return err
 	}
-	if s.j != nil {
-		if err := s.j.settle(); err != nil {
-			s.end()
-			return fmt.Errorf("%s: %w", s.d.Name, err)
-		}
+	var err error
+	switch {
+	case s.j != nil:
+		err = s.j.settle()
+	case s.watch != nil:
+		err = s.watch.settle(ctx)
+	}
+	if err != nil {
+		s.end()
+		return fmt.Errorf("%s: %w", s.d.Name, err)
 	}
 	return nil
 }
