@@ -94,17 +94,7 @@ func TestHelperProcess(t *testing.T) {
 
 func startHelper(t *testing.T, env ...string) (*exec.Cmd, *bufio.Reader, *bytes.Buffer) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), env...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, out, stderr := storetest.StartHelper(t, "TestHelperProcess", env...)
 	r := bufio.NewReader(out)
 	line, err := r.ReadString('\n')
 	if err != nil || line != "ready\n" {
@@ -112,7 +102,7 @@ func startHelper(t *testing.T, env ...string) (*exec.Cmd, *bufio.Reader, *bytes.
 		cmd.Wait()
 		t.Fatalf("helper did not start: %q %v; stderr: %s", line, err, stderr.String())
 	}
-	return cmd, r, &stderr
+	return cmd, r, stderr
 }
 
 // TestTwoProcesses runs two processes appending to one session, each retrying on conflicts:

@@ -4,13 +4,11 @@ package sqlite_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -112,17 +110,7 @@ func TestCrashWriteBehind(t *testing.T) {
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	fromJournal, watched, prev := 0, 0, 0
 	for round := range 6 {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcessWriteBehind$", "-test.count=1")
-		cmd.Env = append(os.Environ(), storetest.CrashEnv+"="+path)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		cmd, out, stderr := storetest.StartHelper(t, "TestHelperProcessWriteBehind", storetest.CrashEnv+"="+path)
 		acked, started := make(chan int), make(chan struct{})
 		go func() {
 			last := -1

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -24,6 +25,25 @@ import (
 // CrashEnv tells a test binary that it runs as the writer of RunCrash; its value is the
 // backend's target (a directory, a file, a schema).
 const CrashEnv = "CTXMGR_STORETEST_CRASH"
+
+// StartHelper starts this test binary again, running only the test named helper, with env
+// added to the environment: a writer process a test kills or races. It returns the process,
+// its standard output and what it writes to standard error.
+func StartHelper(t testing.TB, helper string, env ...string) (*exec.Cmd, io.ReadCloser, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+helper+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env...)
+	stderr := new(bytes.Buffer)
+	cmd.Stderr = stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, out, stderr
+}
 
 // CrashMessage is the i-th message the crash writer appends: deterministic, of varied size (up
 // to 96 KiB, so that a write spans many pages and a kill can land inside it).
@@ -137,17 +157,7 @@ func RunCrash(t *testing.T, opts CrashOptions) {
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	prev := 0
 	for round := 0; round < opts.Rounds; round++ {
-		cmd := exec.Command(os.Args[0], "-test.run=^"+opts.HelperTest+"$", "-test.count=1")
-		cmd.Env = append(os.Environ(), CrashEnv+"="+opts.Target)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		cmd, out, stderr := StartHelper(t, opts.HelperTest, CrashEnv+"="+opts.Target)
 		line, err := bufio.NewReader(out).ReadString('\n')
 		if err != nil || line != "ready\n" {
 			cmd.Process.Kill()
