@@ -18,8 +18,17 @@ import (
 // cached body that shares the longest prefix with it: only the new messages are validated,
 // decoded and hashed. Conversations are found by a hash of the body's first bytes (model,
 // system prompt, first message): the candidates under one such hash, a few conversations of
-// the same agent, are compared by their common prefix. The cache is bounded by the bytes of
-// the bodies it keeps (Config.DecodeCacheBytes), least recently used dropped first.
+// the same agent, are those that end as the body does (the fields after the messages, where
+// an Anthropic or Responses body has its system prompt), compared by their common prefix.
+//
+// A body replaces the cached one it continues (all its messages kept, or all but the last,
+// whose cache_control breakpoint moved on): that conversation has moved on. A body that
+// shares less (an edit of an earlier message, a fork) or that was decoded whole is added
+// beside the others: two sessions of one agent in one repository often share their first
+// kilobyte and more, and each must keep its own body, or each request of one would evict the
+// other's and be decoded whole (measured: 4-7 ms at 100K tokens instead of 0.1). The cache is
+// bounded by the bytes of the bodies it keeps (Config.DecodeCacheBytes), least recently used
+// dropped first.
 
 // headLen is how much of a body's start names its candidates.
 const headLen = 1024
@@ -43,6 +52,10 @@ type decoded struct {
 }
 
 type decodeCache struct {
+	// whole and continued count the bodies decoded whole and those that continued a cached
+	// one (ctxmgr_decodes_total).
+	whole, continued atomic.Int64
+
 	mu     sync.Mutex
 	limit  int
 	size   int
@@ -82,6 +95,9 @@ func (c *decodeCache) decode(f Format, body []byte) (*chat.Request, decodeInfo, 
 		req, err := wire.Decode(f, body)
 		if err != nil {
 			return nil, decodeInfo{}, err
+		}
+		if c != nil {
+			c.whole.Add(1)
 		}
 		info := decodeInfo{hashes: hashAll(req.Messages), firstCmd: firstCommand(req.Messages, 0)}
 		if f == FormatAnthropic {
@@ -135,22 +151,37 @@ func (c *decodeCache) decode(f Format, body []byte) (*chat.Request, decodeInfo, 
 	if f == FormatAnthropic {
 		bps = messageBreakpoints(req.Messages, from, known)
 	}
+	if lay != nil && lay.Reused() > 0 {
+		c.continued.Add(1)
+	} else {
+		c.whole.Add(1)
+	}
 	if lay != nil {
-		c.store(&decoded{head: head, lay: lay, hashes: hashes, firstCmd: first, bps: bps}, prev)
+		var replaced *decoded
+		if prev != nil && lay.Reused() > 0 && lay.Dropped() <= 1 {
+			replaced = prev
+		}
+		c.store(&decoded{head: head, lay: lay, hashes: hashes, firstCmd: first, bps: bps}, replaced)
 	}
 	return &out, decodeInfo{hashes: hashes, firstCmd: first, bps: bps}, nil
 }
 
-// lookup returns the cached body under head that shares the longest prefix with body.
+// lookup returns the cached body under head that ends as body does and shares the longest
+// prefix with it.
 func (c *decodeCache) lookup(head [16]byte, body []byte) *decoded {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var best *decoded
 	if list := c.byHead[head]; len(list) == 1 {
-		best = list[0] // DecodeNext compares the bodies itself
+		if list[0].lay.EndsLike(body) {
+			best = list[0] // DecodeNext compares the bodies' starts itself
+		}
 	} else {
 		bestN := -1
 		for _, d := range list {
+			if !d.lay.EndsLike(body) {
+				continue
+			}
 			if n := sharedPrefix(d.lay.Body(), body); n > bestN {
 				best, bestN = d, n
 			}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -36,7 +37,7 @@ type metrics struct {
 	overhead      *prometheus.HistogramVec
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, decodes *decodeCache) (*metrics, error) {
 	tokenBuckets := prometheus.ExponentialBuckets(1000, 2, 10) // 1K .. 512K
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ctxmgr_requests_total",
@@ -84,6 +85,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.upstream, m.tokensBefore, m.tokensAfter, m.compactions, m.recoveries,
 		m.fallbacks, m.prefixChanged, m.prefixKept, m.verbatim, m.commands, m.reads, m.branches, m.reloads, m.unmanaged, m.lowered, m.busy, m.notStored, m.usageRatio, m.overhead} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	// Bodies decoded whole against those that continued a cached one (decode.go): whole near
+	// the request count means the decode cache is too small for the sessions served.
+	for result, n := range map[string]*atomic.Int64{"whole": &decodes.whole, "continued": &decodes.continued} {
+		c := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ctxmgr_decodes_total",
+			Help:        "Request bodies decoded, by result: whole (a conversation's first, or not in the decode cache) or continued (only the messages after a cached body's decoded).",
+			ConstLabels: prometheus.Labels{"result": result}}, func() float64 { return float64(n.Load()) })
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -90,7 +90,7 @@ func New(cfg Config) (*Server, error) {
 	} else if g, ok := reg.(prometheus.Gatherer); ok {
 		s.gatherer = g
 	}
-	m, err := newMetrics(reg)
+	m, err := newMetrics(reg, s.decodes)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: metrics: %w", err)
 	}

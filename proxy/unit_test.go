@@ -441,4 +441,89 @@ func TestDecodeKeepsBreakpoints(t *testing.T) {
 	if reused < 11 {
 		t.Fatalf("%d of 11 bodies continued a cached one: the test proves nothing", reused)
 	}
+	if n := c.lru.Len(); n != 1 {
+		t.Fatalf("the cache holds %d bodies of one conversation whose breakpoint moves; want 1 (each replacing the last)", n)
+	}
+}
+
+// TestDecodeCacheKeepsSiblings: two sessions of one agent whose bodies share their first
+// kilobyte (the head that names candidates) and differ after their messages (the system
+// prompt of an Anthropic body, the instructions of a Responses body), sent in turn, each
+// continue their own cached body: only their first requests are decoded whole. And a fork
+// (an earlier message edited) is kept beside the conversation it left, which continues too.
+func TestDecodeCacheKeepsSiblings(t *testing.T) {
+	first := strings.Repeat("Fix the failing test in pkg/a and explain the cause. ", 40) // past headLen
+	body := func(f Format, system string, texts []string) []byte {
+		var items []any
+		for j, text := range texts {
+			role := "user"
+			if j%2 == 1 {
+				role = "assistant"
+			}
+			if f == FormatResponses {
+				kind := "input_text"
+				if role == "assistant" {
+					kind = "output_text"
+				}
+				items = append(items, map[string]any{"type": "message", "role": role, "content": []any{map[string]any{"type": kind, "text": text}}})
+			} else {
+				items = append(items, map[string]any{"role": role, "content": text})
+			}
+		}
+		var b []byte
+		if f == FormatResponses {
+			b, _ = json.Marshal(map[string]any{"model": "gpt-5", "input": items, "instructions": system, "store": false})
+		} else {
+			b, _ = json.Marshal(map[string]any{"model": "claude-sonnet-4-5", "max_tokens": 1024, "messages": items, "system": system})
+		}
+		return b
+	}
+	for _, f := range []Format{FormatAnthropic, FormatResponses} {
+		t.Run(string(f), func(t *testing.T) {
+			c := newDecodeCache(64 << 20)
+			convs := [][]string{{first}, {first}}
+			systems := []string{"You are agent A.", "You are agent B."}
+			if bodyHead(body(f, systems[0], convs[0])) != bodyHead(body(f, systems[1], convs[1])) {
+				t.Fatal("the two sessions' bodies do not share their head: the test proves nothing")
+			}
+			decode := func(i int) {
+				t.Helper()
+				b := body(f, systems[i], convs[i])
+				req, _, err := c.decode(f, b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want, _ := wire.Decode(f, b); !reflect.DeepEqual(req.Messages, want.Messages) {
+					t.Fatalf("session %d after %d messages: the decoded messages differ from a whole decode", i, len(convs[i]))
+				}
+			}
+			for round := 0; round < 10; round++ {
+				for i := range convs {
+					if round > 0 {
+						convs[i] = append(convs[i], fmt.Sprintf("ok %d", round), fmt.Sprintf("%c: step %d", 'A'+i, round))
+					}
+					decode(i)
+				}
+			}
+			if w, n := c.whole.Load(), c.continued.Load(); w != 2 || n != 18 {
+				t.Fatalf("decoded whole %d, continued %d; want 2 and 18 (each session continuing its own body)", w, n)
+			}
+			// A fork of session 0: its third message edited. Both then go on.
+			fork := append(slices.Clone(convs[0][:2]), "Actually, fix pkg/b instead.")
+			b := body(f, systems[0], fork)
+			if _, _, err := c.decode(f, b); err != nil {
+				t.Fatal(err)
+			}
+			had := len(convs[0])
+			convs[0] = append(convs[0], "ok", "A: and after")
+			b = body(f, systems[0], convs[0])
+			if prev := c.lookup(bodyHead(b), b); prev == nil || len(prev.lay.Request().Messages) != had {
+				t.Fatalf("after a fork, the conversation it left is not the one continued")
+			}
+			decode(0)
+			if w := c.whole.Load(); w != 2 {
+				t.Fatalf("decoded whole %d after a fork; want 2 (the conversation the fork left still cached)", w)
+			}
+		})
+	}
 }

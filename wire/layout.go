@@ -37,8 +37,9 @@ type Layout struct {
 	count       []int
 	closed      []bool
 	// reused is how many of req.Messages were taken from the layout this one was decoded
-	// from (DecodeNext), 0 for a whole decode.
-	reused int
+	// from (DecodeNext), 0 for a whole decode; dropped is how many of that layout's wire
+	// messages were not.
+	reused, dropped int
 	// extended is set by the one DecodeNext that continues this layout's request exactly
 	// (every message kept, new ones after): that call appends to the arrays of req.Messages,
 	// ends and count in place (nothing reads past their lengths), so a growing conversation
@@ -53,8 +54,22 @@ func (l *Layout) Reused() int { return l.reused }
 // Request returns the decoded request. It must not be modified.
 func (l *Layout) Request() *chat.Request { return l.req }
 
+// Dropped returns how many of the previous layout's wire messages (as sent: an Anthropic
+// message may decode to several) the body did not keep: 0 when it continued every one, 1
+// when the last changed (Claude Code moves its cache_control breakpoint off it). It is 0 for
+// a body decoded whole (see Reused).
+func (l *Layout) Dropped() int { return l.dropped }
+
 // Body returns the body the layout describes.
 func (l *Layout) Body() []byte { return l.body }
+
+// EndsLike reports whether body ends as the layout's body does after its messages array (the
+// top-level fields that follow it): DecodeNext continues the layout only for such a body, so
+// a caller choosing among layouts skips the others (another conversation of the same agent,
+// whose system prompt or tools follow its messages).
+func (l *Layout) EndsLike(body []byte) bool {
+	return bytes.HasSuffix(bytes.TrimSpace(body), l.body[l.close:])
+}
 
 // Size is the memory the layout keeps alive, roughly: its body.
 func (l *Layout) Size() int { return len(l.body) }
@@ -245,7 +260,7 @@ func decodeNext(f Format, body []byte, prev *Layout) (*chat.Request, *Layout, bo
 	}
 	out := *prev.req
 	var msgs []chat.Message
-	l := &Layout{format: f, body: body, req: &out, open: prev.open, close: closeAt, reused: kept - nsys}
+	l := &Layout{format: f, body: body, req: &out, open: prev.open, close: closeAt, reused: kept - nsys, dropped: len(prev.ends) - k}
 	if k == len(prev.ends) && kept-nsys == len(prev.req.Messages) && prev.extended.CompareAndSwap(false, true) {
 		msgs, l.ends, l.count, l.closed = prev.req.Messages, append(prev.ends, ends...), prev.count, prev.closed
 	} else {
