@@ -1,15 +1,18 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -24,16 +27,16 @@ import (
 )
 
 // instantUpstream answers every chat request at once with a fixed small completion.
-func instantUpstream() *httptest.Server { return slowUpstream(0) }
+func instantUpstream() *httptest.Server { return httptest.NewServer(benchUpstream(0)) }
 
 // bufferingProxy forwards each request to target after reading its whole body, as any proxy
 // that rewrites a body must (ctxmgr decides what to send only once it has the whole history):
 // the second anchor of BenchmarkProxyOverhead, the floor of such a proxy on the same requests.
 // It adds to a plain reverse proxy only that the upload to the upstream starts when the
 // client's upload ends.
-func bufferingProxy(target string) *httptest.Server {
+func bufferingProxy(target string) http.Handler {
 	tr := &http.Transport{MaxIdleConnsPerHost: 100}
-	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
@@ -56,16 +59,16 @@ func bufferingProxy(target string) *httptest.Server {
 		}
 		w.WriteHeader(resp.StatusCode)
 		_, _ = io.Copy(w, resp.Body)
-	}))
+	})
 }
 
-// slowUpstream answers every chat request with a fixed small completion, delay after it has
+// benchUpstream answers every chat request with a fixed small completion, delay after it has
 // read the request (a provider's time to first byte, much shortened).
-func slowUpstream(delay time.Duration) *httptest.Server {
+func benchUpstream(delay time.Duration) http.Handler {
 	const answer = `{"id":"chatcmpl-bench","object":"chat.completion","created":1,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":1,"total_tokens":11}}`
 	const responsesAnswer = `{"id":"resp_bench","object":"response","status":"completed","model":"gpt-5","output":[{"type":"message","id":"msg_1","role":"assistant","status":"completed","content":[{"type":"output_text","text":"ok","annotations":[]}]}],"usage":{"input_tokens":10,"output_tokens":1,"total_tokens":11}}`
 	const anthropicAnswer = `{"id":"msg_bench","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","usage":{"input_tokens":10,"output_tokens":1}}`
-	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		if delay > 0 {
 			time.Sleep(delay)
@@ -80,7 +83,106 @@ func slowUpstream(delay time.Duration) *httptest.Server {
 			return
 		}
 		_, _ = io.WriteString(w, answer)
-	}))
+	})
+}
+
+// benchSpec is one server of BenchmarkProxyOverhead: an upstream, one of the two anchors, or
+// ctxmgr (as ctxmgr serve runs it: SQLite with write-behind, unless Mem).
+type benchSpec struct {
+	Kind   string        // "upstream", "reverse" (httputil.ReverseProxy), "buffering", "ctxmgr"
+	Target string        // the upstream of a proxy
+	Delay  time.Duration // an upstream's time to answer
+	Window int           // ctxmgr's window
+	Mem    bool          // ctxmgr on store.NewMemory
+	Shared bool          // ctxmgr with Config.SharedStore (messages written before forwarding)
+}
+
+// handler builds the server, its files in dir; closeFn releases what it holds.
+func (spec benchSpec) handler(dir string) (h http.Handler, closeFn func(), err error) {
+	switch spec.Kind {
+	case "upstream":
+		return benchUpstream(spec.Delay), func() {}, nil
+	case "buffering":
+		return bufferingProxy(spec.Target), func() {}, nil
+	case "reverse":
+		target, err := url.Parse(spec.Target)
+		if err != nil {
+			return nil, nil, err
+		}
+		return httputil.NewSingleHostReverseProxy(target), func() {}, nil
+	case "ctxmgr":
+		st, err := sqlite.Open(filepath.Join(dir, "bench.db"), sqlite.Options{Relaxed: true, CheckpointEvery: 200 * time.Millisecond, WriteBehind: 20 * time.Millisecond}) // as ctxmgr serve opens it
+		if err != nil {
+			return nil, nil, err
+		}
+		var sst store.Store = st
+		if spec.Mem {
+			sst = store.NewMemory()
+		}
+		srv, err := New(Config{UpstreamOpenAI: spec.Target, UpstreamAnthropic: spec.Target, Store: sst, SharedStore: spec.Shared, Window: spec.Window, Logger: quietLogger()})
+		if err != nil {
+			_ = st.Close()
+			return nil, nil, err
+		}
+		return srv.Handler(), func() { _ = srv.Close(); _ = st.Close() }, nil
+	}
+	return nil, nil, fmt.Errorf("unknown bench server %q", spec.Kind)
+}
+
+// benchServerEnv carries a benchSpec (JSON) to TestBenchServer in a process of its own.
+const benchServerEnv = "CTXMGR_BENCH_SERVER"
+
+// startBenchServer runs spec in a process of its own (this test binary, running
+// TestBenchServer) and returns its URL. The process ends when the benchmark does (its
+// standard input closes).
+func startBenchServer(b *testing.B, spec benchSpec) string {
+	js, _ := json.Marshal(spec)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestBenchServer$", "-test.count=1")
+	cmd.Env = append(os.Environ(), benchServerEnv+"="+string(js))
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = in.Close(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "http://") {
+		b.Fatalf("bench server %s: %q, %v", js, line, err)
+	}
+	return strings.TrimSpace(line)
+}
+
+// TestBenchServer is the process of one server of BenchmarkProxyOverhead (startBenchServer);
+// it skips when not started so.
+func TestBenchServer(t *testing.T) {
+	js := os.Getenv(benchServerEnv)
+	if js == "" {
+		t.Skip("a server process of BenchmarkProxyOverhead")
+	}
+	var spec benchSpec
+	if err := json.Unmarshal([]byte(js), &spec); err != nil {
+		t.Fatal(err)
+	}
+	h, closeFn, err := spec.handler(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = http.Serve(ln, h) }()
+	fmt.Printf("http://%s\n", ln.Addr())
+	_, _ = io.Copy(io.Discard, os.Stdin) // until the benchmark ends
+	_ = ln.Close()
+	closeFn()
 }
 
 // benchConversation is an OpenAI-format agent history of about `target` tokens: turns of a
@@ -232,42 +334,37 @@ const warmup = 300
 //
 //	go test -run '^$' -bench ProxyOverhead -benchtime 200x ./proxy
 func BenchmarkProxyOverhead(b *testing.B) {
-	up := instantUpstream()
-	defer up.Close()
-	slow := slowUpstream(2 * time.Millisecond)
-	defer slow.Close()
 	// As ctxmgr serve runs on SQLite: a request's messages are written while the upstream
 	// works. CTXMGR_BENCH_WRITE_FIRST=1 writes them before (Config.SharedStore, as on a
 	// PostgreSQL store several instances share), to compare the two in one build.
 	// CTXMGR_BENCH_MEM=1 puts the sessions in memory (store.NewMemory) instead, to see what
 	// the SQLite write adds.
 	shared := os.Getenv("CTXMGR_BENCH_WRITE_FIRST") != ""
-	newProxy := func(b *testing.B, window int, up *httptest.Server) *httptest.Server {
-		st, err := sqlite.Open(filepath.Join(b.TempDir(), "bench.db"), sqlite.Options{Relaxed: true, CheckpointEvery: 200 * time.Millisecond, WriteBehind: 20 * time.Millisecond}) // as ctxmgr serve opens it
-		if err != nil {
-			b.Fatal(err)
+	mem := os.Getenv("CTXMGR_BENCH_MEM") != ""
+	// The servers run in the benchmark's process. CTXMGR_BENCH_PROCS=1 runs each in a process
+	// of its own, as deployed (startBenchServer): each collector is then paced by its own
+	// garbage, but every request wakes three processes, and on 2 cores the reverse proxy's
+	// own p50 was 2.5x the in-process one (README, "Added latency").
+	procs := os.Getenv("CTXMGR_BENCH_PROCS") != ""
+	serve := func(b *testing.B, spec benchSpec) string {
+		if !procs {
+			h, closeFn, err := spec.handler(b.TempDir())
+			if err != nil {
+				b.Fatal(err)
+			}
+			srv := httptest.NewServer(h)
+			b.Cleanup(func() { srv.Close(); closeFn() })
+			return srv.URL
 		}
-		var sst store.Store = st
-		if os.Getenv("CTXMGR_BENCH_MEM") != "" {
-			sst = store.NewMemory()
-		}
-		srv, err := New(Config{UpstreamOpenAI: up.URL, UpstreamAnthropic: up.URL, Store: sst, SharedStore: shared, Window: window, Logger: quietLogger()})
-		if err != nil {
-			b.Fatal(err)
-		}
-		px := httptest.NewServer(srv.Handler())
-		b.Cleanup(func() { px.Close(); _ = srv.Close(); _ = st.Close() })
-		return px
+		return startBenchServer(b, spec)
 	}
-	target, _ := url.Parse(up.URL)
-	rp := httptest.NewServer(httputil.NewSingleHostReverseProxy(target))
-	defer rp.Close()
-	slowTarget, _ := url.Parse(slow.URL)
-	slowRP := httptest.NewServer(httputil.NewSingleHostReverseProxy(slowTarget))
-	defer slowRP.Close()
-	bp, slowBP := bufferingProxy(up.URL), bufferingProxy(slow.URL)
-	defer bp.Close()
-	defer slowBP.Close()
+	newProxy := func(b *testing.B, window int, up string) string {
+		return serve(b, benchSpec{Kind: "ctxmgr", Target: up, Window: window, Mem: mem, Shared: shared})
+	}
+	upURL := serve(b, benchSpec{Kind: "upstream"})
+	slowURL := serve(b, benchSpec{Kind: "upstream", Delay: 2 * time.Millisecond})
+	rp, slowRP := serve(b, benchSpec{Kind: "reverse", Target: upURL}), serve(b, benchSpec{Kind: "reverse", Target: slowURL})
+	bp, slowBP := serve(b, benchSpec{Kind: "buffering", Target: upURL}), serve(b, benchSpec{Kind: "buffering", Target: slowURL})
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 100}}
 	cases := []struct {
 		name         string
@@ -296,14 +393,14 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	for _, c := range cases {
 		size := c.size
 		b.Run(c.name, func(b *testing.B) {
-			upstream, plainProxy, buffering := up, rp, bp
+			upstream, plainProxy, buffering := upURL, rp, bp
 			if c.slow {
-				upstream, plainProxy, buffering = slow, slowRP, slowBP
+				upstream, plainProxy, buffering = slowURL, slowRP, slowBP
 			}
 			px := newProxy(b, c.window, upstream)
 			conv := newBenchConversation(size)
 			next := bodyMaker(conv, c.format)
-			post(b, client, px.URL, "bench", next(-1)) // the session's first request
+			post(b, client, px, "bench", next(-1)) // the session's first request
 			// The bodies are made before the clock starts: marshalling a 400 KB history
 			// allocates megabytes, whose collection would otherwise land in the requests
 			// measured (in ours more often than in the anchor's, ours being longer).
@@ -321,13 +418,13 @@ func BenchmarkProxyOverhead(b *testing.B) {
 			warm := newBenchConversation(size)
 			warm.msgs[0] = map[string]any{"role": "system", "content": "You are the warm-up agent."}
 			wnext := bodyMaker(warm, c.format)
-			post(b, client, px.URL, "warm", wnext(-1))
+			post(b, client, px, "warm", wnext(-1))
 			for i := range warmup {
 				body := wnext(i)
-				post(b, client, upstream.URL, "", body)
-				post(b, client, px.URL, "warm", body)
-				post(b, client, plainProxy.URL, "", body)
-				post(b, client, buffering.URL, "", body)
+				post(b, client, upstream, "", body)
+				post(b, client, px, "warm", body)
+				post(b, client, plainProxy, "", body)
+				post(b, client, buffering, "", body)
 			}
 			runtime.GC()
 			added := make([]time.Duration, 0, b.N)
@@ -336,10 +433,10 @@ func BenchmarkProxyOverhead(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				body := bodies[i]
-				direct := post(b, client, upstream.URL, "", body)
-				through := post(b, client, px.URL, "bench", body)
-				plain := post(b, client, plainProxy.URL, "", body)
-				buffered := post(b, client, buffering.URL, "", body)
+				direct := post(b, client, upstream, "", body)
+				through := post(b, client, px, "bench", body)
+				plain := post(b, client, plainProxy, "", body)
+				buffered := post(b, client, buffering, "", body)
 				added = append(added, max(0, through-direct))
 				anchor = append(anchor, max(0, plain-direct))
 				floor = append(floor, max(0, buffered-direct))
@@ -355,7 +452,7 @@ func BenchmarkProxyOverhead(b *testing.B) {
 		})
 	}
 	b.Run("throughput-50-sessions-10K", func(b *testing.B) {
-		px := newProxy(b, 200000, up)
+		px := newProxy(b, 200000, upURL)
 		const sessions = 50
 		base := newBenchConversation(10000)
 		run := func(url string, header bool) float64 {
@@ -393,8 +490,8 @@ func BenchmarkProxyOverhead(b *testing.B) {
 			return float64(per*sessions) / time.Since(t0).Seconds()
 		}
 		b.ResetTimer()
-		ours := run(px.URL, true)
-		plain := run(rp.URL, false)
+		ours := run(px, true)
+		plain := run(rp, false)
 		b.StopTimer()
 		b.ReportMetric(ours, "req/s")
 		b.ReportMetric(plain, "rp-req/s")

@@ -16,8 +16,20 @@ import (
 // done with it, possibly after RoundTrip has returned; the readers GetBody makes for a retry
 // are closed the same way).
 
+//
+// The client's body is read into such a buffer too, and counted the same way, with one more
+// holder: the decode cache keeps the last body of each conversation (decode.go), and a decode
+// that continues it holds it while comparing. Nothing decoded from a body refers to it (the
+// wire decoders copy what they keep: wire's tests scribble over the body after decoding), so
+// once the exchange, the transport and the cache have let go, the next request's body is
+// read into it. At 100K tokens this is most of what a request allocated: its 400 KB body,
+// allocated and zeroed, every request.
+
 // maxPooledBody: larger buffers are left to the garbage collector rather than kept.
 const maxPooledBody = 16 << 20
+
+// minPooledRead: a smaller body is read into a buffer of its own (allocating it costs little).
+const minPooledRead = 32 << 10
 
 // sentBody is one encoded body, counted: one reference for the exchange, one for each reader
 // not yet closed.
@@ -59,7 +71,26 @@ func (x *exchange) bodyBuffer() []byte {
 	return nil
 }
 
-// keepBody records b, encoded into a buffer from bodyBuffer, as a body of this exchange.
+// readBuffer returns a buffer to read a body of n bytes into: a pooled one of at least n
+// and at most 2n bytes (a smaller body must not pin a larger buffer in the decode cache), or
+// nil (readBody allocates one).
+func (s *Server) readBuffer(n int64) []byte {
+	if n < minPooledRead || n > maxPooledBody {
+		return nil
+	}
+	p, _ := s.bodyPool.Get().(*[]byte)
+	if p == nil {
+		return nil
+	}
+	if c := int64(cap(*p)); c < n || c > 2*n {
+		s.bodyPool.Put(p)
+		return nil
+	}
+	return (*p)[:0]
+}
+
+// keepBody records b, a buffer from bodyBuffer or readBuffer (or one allocated in their
+// place), as a body of this exchange.
 func (x *exchange) keepBody(b []byte) {
 	if len(b) > 0 {
 		sb := &sentBody{buf: b, pool: &x.s.bodyPool}

@@ -415,7 +415,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 		s.log.LogAttrs(r.Context(), slog.LevelInfo, "proxy request", attrs...)
 	}()
 
-	body, err := readBody(sw, r, s.cfg.MaxBodyBytes)
+	body, err := readBody(sw, r, s.cfg.MaxBodyBytes, s.readBuffer(r.ContentLength))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -426,7 +426,9 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 		return
 	}
 	x := &exchange{s: s, w: sw, r: r, format: format, log: s.log, body: body}
-	dec, di, derr := s.decodes.decode(format, body)
+	x.keepBody(body) // counted: its buffer is reused once no one reads it (bodies.go)
+	defer x.releaseBodies()
+	dec, di, derr := s.decodes.decode(format, body, x.bodyOf(body))
 	if derr == nil {
 		x.di = di
 		x.dec = dec
@@ -460,7 +462,6 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 		return
 	}
 
-	defer x.releaseBodies()
 	defer func() { _ = x.awaitFlush() }() // whatever path returns, the write is complete
 	out, info, err := s.manage(r.Context(), x)
 	x.startFlush()
@@ -496,13 +497,18 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 	}
 }
 
-// readBody reads a request body of at most limit bytes. A declared Content-Length sizes the
-// buffer once (io.ReadAll would grow it by doubling: twice the bytes allocated and copied
-// for the megabyte bodies of long conversations).
-func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+// readBody reads a request body of at most limit bytes, into buf if it has room. A declared
+// Content-Length sizes the buffer once (io.ReadAll would grow it by doubling: twice the bytes
+// allocated and copied for the megabyte bodies of long conversations), with an eighth more
+// room: the buffer is reused (bodies.go) for later bodies of the conversation, each longer.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64, buf []byte) ([]byte, error) {
 	rd := http.MaxBytesReader(w, r.Body, limit)
 	if n := r.ContentLength; n > 0 && n <= limit {
-		buf := make([]byte, n)
+		if int64(cap(buf)) >= n {
+			buf = buf[:n]
+		} else {
+			buf = make([]byte, n, n+n/8)
+		}
 		if _, err := io.ReadFull(rd, buf); err != nil {
 			return nil, err // a body cut short is an error, not a shorter body
 		}

@@ -258,7 +258,7 @@ func TestReadBody(t *testing.T) {
 	} {
 		r := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(c.body))
 		r.ContentLength = c.declared
-		got, err := readBody(httptest.NewRecorder(), r, c.limit)
+		got, err := readBody(httptest.NewRecorder(), r, c.limit, nil)
 		if (err != nil) != c.err || err == nil && string(got) != c.want {
 			t.Errorf("%s: got %q, %v", c.name, got, err)
 		}
@@ -371,7 +371,7 @@ func TestDecodeKeepsFirstCommand(t *testing.T) {
 		}
 		msgs = append(msgs, map[string]any{"role": role, "content": text})
 		body, _ := json.Marshal(map[string]any{"model": "gpt-4o", "messages": msgs})
-		req, di, err := c.decode(FormatOpenAI, body)
+		req, di, err := c.decode(FormatOpenAI, body, nil)
 		first := di.firstCmd
 		if err != nil {
 			t.Fatal(err)
@@ -421,7 +421,7 @@ func TestDecodeKeepsBreakpoints(t *testing.T) {
 		}
 		body, _ := json.Marshal(map[string]any{"model": "claude-sonnet-4-5", "max_tokens": 1024, "system": system, "messages": msgs})
 		prev := c.lookup(bodyHead(body), body)
-		req, di, err := c.decode(FormatAnthropic, body)
+		req, di, err := c.decode(FormatAnthropic, body, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -489,7 +489,7 @@ func TestDecodeCacheKeepsSiblings(t *testing.T) {
 			decode := func(i int) {
 				t.Helper()
 				b := body(f, systems[i], convs[i])
-				req, _, err := c.decode(f, b)
+				req, _, err := c.decode(f, b, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -511,7 +511,7 @@ func TestDecodeCacheKeepsSiblings(t *testing.T) {
 			// A fork of session 0: its third message edited. Both then go on.
 			fork := append(slices.Clone(convs[0][:2]), "Actually, fix pkg/b instead.")
 			b := body(f, systems[0], fork)
-			if _, _, err := c.decode(f, b); err != nil {
+			if _, _, err := c.decode(f, b, nil); err != nil {
 				t.Fatal(err)
 			}
 			had := len(convs[0])
