@@ -90,9 +90,9 @@ type Config struct {
 	// https://api.openai.com/v1, ...". Default: "extractive" without a Summarizer, "custom"
 	// with one.
 	SummarizerName string
-	// DecodeCacheBytes bounds the request bodies kept so that the next request of a
-	// conversation is decoded only where it differs (see decode.go). Default 64 MiB;
-	// negative: off.
+	// DecodeCacheBytes bounds the request bodies kept (the capacity of their buffers) so
+	// that the next request of a conversation is decoded only where it differs (see
+	// decode.go). Default 64 MiB; negative: off.
 	DecodeCacheBytes int
 	// Tune, if set, adjusts each Manager's configuration after the preset is applied: a
 	// program that embeds the proxy declares its agent's own tools there, say (see
