@@ -22,8 +22,9 @@ import (
 // an Anthropic or Responses body has its system prompt), compared by their common prefix.
 //
 // A body replaces the cached one it continues (all its messages kept, or all but the last,
-// whose cache_control breakpoint moved on): that conversation has moved on. A body that
-// shares less (an edit of an earlier message, a fork) or that was decoded whole is added
+// whose cache_control breakpoint moved on, or at least half of them: an edit of a recent
+// message, whose abandoned branch is seldom continued): that conversation has moved on. A
+// body that shares less (a fork early in the conversation) or that was decoded whole is added
 // beside the others: two sessions of one agent in one repository often share their first
 // kilobyte and more, and each must keep its own body, or each request of one would evict the
 // other's and be decoded whole (measured: 4-7 ms at 100K tokens instead of 0.1). The cache is
@@ -173,7 +174,7 @@ func (c *decodeCache) decode(f Format, body []byte, src *sentBody) (*chat.Reques
 	}
 	if lay != nil {
 		var replaced *decoded
-		if prev != nil && lay.Reused() > 0 && lay.Dropped() <= 1 {
+		if prev != nil && lay.Reused() > 0 && (lay.Dropped() <= 1 || 2*lay.Reused() >= len(prev.hashes)) {
 			replaced = prev
 		}
 		c.store(&decoded{head: head, lay: lay, hashes: hashes, firstCmd: first, bps: bps, src: src}, replaced)

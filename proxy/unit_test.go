@@ -524,6 +524,16 @@ func TestDecodeCacheKeepsSiblings(t *testing.T) {
 			if w := c.whole.Load(); w != 2 {
 				t.Fatalf("decoded whole %d after a fork; want 2 (the conversation the fork left still cached)", w)
 			}
+			// A body that changes the last two messages of session 1's (a rewind, or a client
+			// that moves two breakpoints) replaces it: the cache keeps no more bodies of it.
+			entries := c.lru.Len()
+			edited := append(slices.Clone(convs[1][:len(convs[1])-2]), "edited", "B: again")
+			if _, _, err := c.decode(f, body(f, systems[1], edited), nil); err != nil {
+				t.Fatal(err)
+			}
+			if n := c.lru.Len(); n != entries {
+				t.Fatalf("the cache holds %d bodies after an edit of the last two messages, %d before", n, entries)
+			}
 		})
 	}
 }
