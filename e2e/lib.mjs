@@ -246,7 +246,14 @@ export function checkManaged(m) {
   if (unmanaged.length) fails.push(`requests forwarded unmanaged: ${unmanaged.map(([k, v]) => `${k} ${v}`).join(', ')}`);
   const branches = m.get('ctxmgr_branches_total');
   const verbatim = m.get('ctxmgr_verbatim_requests_total');
-  return { fails, summary: `${compactions} compactions, tokens ${before} before / ${after} after management, ${verbatim} forwarded verbatim, ${branches} branches` };
+  // A growing conversation's bodies are decoded from where they differ from the last one
+  // (the decode cache): most must be. Only a conversation's first body, and side requests
+  // that start one, are decoded whole.
+  if (!Object.keys(m.series).some((k) => k.startsWith('ctxmgr_decodes_total'))) fails.push('no ctxmgr_decodes_total in the metrics');
+  const whole = m.series['ctxmgr_decodes_total{result="whole"}'] ?? 0;
+  const continued = m.series['ctxmgr_decodes_total{result="continued"}'] ?? 0;
+  if (!(continued >= whole)) fails.push(`the decode cache did not serve the conversation: ${whole} bodies decoded whole, ${continued} continued`);
+  return { fails, summary: `${compactions} compactions, tokens ${before} before / ${after} after management, ${verbatim} forwarded verbatim, ${branches} branches, ${continued} bodies decoded from where they differ, ${whole} whole` };
 }
 
 // unmanagedReasons returns the proxy log's reasons for unmanaged requests (first few).

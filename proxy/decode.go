@@ -17,15 +17,16 @@ import (
 // normalized hashes of its messages, and decodes a new body with wire.DecodeNext against the
 // cached body that shares the longest prefix with it: only the new messages are validated,
 // decoded and hashed. Conversations are found by a hash of the body's first bytes (model,
-// system prompt, first message): the candidates under one such hash, a few conversations of
-// the same agent, are those that end as the body does (the fields after the messages, where
-// an Anthropic or Responses body has its system prompt), compared by their common prefix.
+// system prompt, first message): among the candidates under one such hash, a few
+// conversations of the same agent, those that end as the body does are preferred (the fields
+// after the messages, where an Anthropic or Responses body has its system prompt), then the
+// one sharing the longest prefix. (A body whose fields after the messages changed, as Codex
+// CLI's client_metadata does on every request, is still decoded from where its messages
+// differ: wire.DecodeNext decodes those fields anew.)
 //
-// A body replaces the cached one it continues (all its messages kept, or all but the last,
-// whose cache_control breakpoint moved on, or at least half of them: an edit of a recent
-// message, whose abandoned branch is seldom continued): that conversation has moved on. A
-// body that shares less (a fork early in the conversation) or that was decoded whole is added
-// beside the others: two sessions of one agent in one repository often share their first
+// A body replaces the cached one it continues (see continues): that conversation has moved
+// on. A body that shares less (a fork early in the conversation, another session) or that
+// was decoded whole is added beside the others: two sessions of one agent in one repository often share their first
 // kilobyte and more, and each must keep its own body, or each request of one would evict the
 // other's and be decoded whole (measured: 4-7 ms at 100K tokens instead of 0.1). The cache is
 // bounded by the bytes of the bodies it keeps (Config.DecodeCacheBytes), least recently used
@@ -89,6 +90,23 @@ type decodeInfo struct {
 	// bps are the messages' cache_control breakpoints, in order (Anthropic bodies only: the
 	// other formats have none).
 	bps []breakpoint
+}
+
+// continues reports whether lay, decoded from body against prev, continues prev's
+// conversation, so that it replaces prev in the cache. A body that ends as prev's does keeps
+// all of its messages, all but the last (whose cache_control breakpoint moved on) or at least
+// half (an edit of a recent message, whose abandoned branch is seldom continued). One whose
+// fields after the messages changed (Codex CLI's client_metadata) must keep every message
+// and add some: another session with the same first messages, its own system prompt after
+// them, must not take the place of the one it started like.
+func continues(prev *decoded, lay *wire.Layout, body []byte, n int) bool {
+	if lay.Reused() == 0 {
+		return false
+	}
+	if prev.lay.EndsLike(body) {
+		return lay.Dropped() <= 1 || 2*lay.Reused() >= len(prev.hashes)
+	}
+	return lay.Dropped() == 0 && n > lay.Reused()
 }
 
 // size is the memory the entry keeps alive: its body's buffer.
@@ -174,7 +192,7 @@ func (c *decodeCache) decode(f Format, body []byte, src *sentBody) (*chat.Reques
 	}
 	if lay != nil {
 		var replaced *decoded
-		if prev != nil && lay.Reused() > 0 && (lay.Dropped() <= 1 || 2*lay.Reused() >= len(prev.hashes)) {
+		if prev != nil && continues(prev, lay, body, len(req.Messages)) {
 			replaced = prev
 		}
 		c.store(&decoded{head: head, lay: lay, hashes: hashes, firstCmd: first, bps: bps, src: src}, replaced)
@@ -182,20 +200,24 @@ func (c *decodeCache) decode(f Format, body []byte, src *sentBody) (*chat.Reques
 	return &out, decodeInfo{hashes: hashes, firstCmd: first, bps: bps}, nil
 }
 
-// lookup returns the cached body under head that ends as body does and shares the longest
-// prefix with it. Prefixes are compared only when two or more end alike (DecodeNext compares
-// the one chosen itself): a 400 KB comparison is a tenth of a request's time.
+// lookup returns the cached body under head to decode body against: one that ends as body
+// does if any (the fields after the messages, where an Anthropic or Responses body has its
+// system prompt: most likely the same session), and among those the one that shares the
+// longest prefix with body. Prefixes are compared only between two or more such candidates
+// (DecodeNext compares the one chosen itself): a 400 KB comparison is a tenth of a request's
+// time.
 func (c *decodeCache) lookup(head [16]byte, body []byte) *decoded {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var best *decoded
-	bestN := -1
+	bestAlike, bestN := false, -1
 	for _, d := range c.byHead[head] {
-		if !d.lay.EndsLike(body) {
+		alike := d.lay.EndsLike(body)
+		switch {
+		case best == nil || alike && !bestAlike:
+			best, bestAlike, bestN = d, alike, -1
 			continue
-		}
-		if best == nil {
-			best = d
+		case bestAlike && !alike:
 			continue
 		}
 		if bestN < 0 {

@@ -195,11 +195,6 @@ func decodeNext(f Format, body []byte, prev *Layout) (*chat.Request, *Layout, bo
 			k--
 		}
 	}
-	tail := pb[prev.close:]
-	if !bytes.HasSuffix(body, tail) {
-		return nil, nil, false
-	}
-	closeAt := len(body) - len(tail)
 	cut := prev.open + 1
 	kept := 0
 	if k > 0 {
@@ -224,41 +219,49 @@ func decodeNext(f Format, body []byte, prev *Layout) (*chat.Request, *Layout, bo
 			return nil, nil, false
 		}
 	}
-	if cut > closeAt {
-		return nil, nil, false
-	}
-	// The new wire messages: [","] value ("," value)* between cut and the closing bracket.
-	mid := body[cut:closeAt]
-	i := skipSpace(mid, 0)
-	if i < len(mid) && k > 0 {
-		if mid[i] != ',' {
-			return nil, nil, false
-		}
-		i = skipSpace(mid, i+1)
-		if i >= len(mid) {
-			return nil, nil, false
-		}
-	}
+	// The new wire messages: [","] value ("," value)* from cut to the closing bracket.
 	var raws [][]byte
 	var ends []int
-	for i < len(mid) {
-		e, ok := valueEnd(mid, i)
-		if !ok || !json.Valid(mid[i:e]) {
+	i := skipSpace(body, cut)
+	if k > 0 && i < len(body) && body[i] != ']' {
+		if body[i] != ',' {
 			return nil, nil, false
 		}
-		raws = append(raws, mid[i:e])
-		ends = append(ends, cut+e)
-		i = skipSpace(mid, e)
-		if i < len(mid) {
-			if mid[i] != ',' {
-				return nil, nil, false
-			}
-			if i = skipSpace(mid, i+1); i >= len(mid) {
-				return nil, nil, false
-			}
+		if i = skipSpace(body, i+1); i >= len(body) || body[i] == ']' {
+			return nil, nil, false
 		}
 	}
+	for i < len(body) && body[i] != ']' {
+		e, ok := valueEnd(body, i)
+		if !ok || !json.Valid(body[i:e]) {
+			return nil, nil, false
+		}
+		raws = append(raws, body[i:e])
+		ends = append(ends, e)
+		if i = skipSpace(body, e); i < len(body) && body[i] == ',' {
+			if i = skipSpace(body, i+1); i >= len(body) || body[i] == ']' {
+				return nil, nil, false
+			}
+		} else if i < len(body) && body[i] != ']' {
+			return nil, nil, false
+		}
+	}
+	if i >= len(body) {
+		return nil, nil, false
+	}
+	closeAt := i
 	out := *prev.req
+	if !bytes.Equal(body[closeAt:], pb[prev.close:]) {
+		// The fields after the messages changed (Codex CLI's client_metadata does on every
+		// request): they are decoded from the body without its messages, and the messages
+		// are reused as before.
+		top, ok := topFields(f, body, prev.open, closeAt)
+		if !ok {
+			return nil, nil, false
+		}
+		out = *top
+		out.System = append(top.System[:len(top.System):len(top.System)], prev.req.System[len(prev.req.System)-nsys:]...)
+	}
 	var msgs []chat.Message
 	l := &Layout{format: f, body: body, req: &out, open: prev.open, close: closeAt, reused: kept - nsys, dropped: len(prev.ends) - k}
 	if k == len(prev.ends) && kept-nsys == len(prev.req.Messages) && prev.extended.CompareAndSwap(false, true) {
@@ -315,6 +318,31 @@ func decodeNext(f Format, body []byte, prev *Layout) (*chat.Request, *Layout, bo
 	}
 	out.Messages = msgs
 	return &out, l, true
+}
+
+// topFields decodes the top-level fields of body in format f, whose messages array spans
+// open..close (its brackets), as the body with an empty array in its place: a request with
+// no messages (nor system messages from the array). It declines (false) a body whose
+// messages key is repeated (Decode would take the last one) or that does not decode so.
+func topFields(f Format, body []byte, open, close int) (*chat.Request, bool) {
+	shell := make([]byte, 0, open+2+len(body)-close-1)
+	shell = append(shell, body[:open]...)
+	shell = append(shell, '[', ']')
+	shell = append(shell, body[close+1:]...)
+	if _, _, ok := arrayMember(shell, messagesKey(f)); !ok {
+		return nil, false
+	}
+	r, err := Decode(f, shell)
+	if err != nil || len(r.Messages) != 0 {
+		return nil, false
+	}
+	if f == Responses && len(r.System) > 0 && r.System[len(r.System)-1].Extra[markInstructions] == nil {
+		return nil, false
+	}
+	if f == OpenAI && len(r.System) > 0 {
+		return nil, false
+	}
+	return r, true
 }
 
 // commonPrefixLen returns the length of the longest common prefix of a and b.

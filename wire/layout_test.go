@@ -370,7 +370,59 @@ func FuzzDecodeNextResponses(f *testing.F) {
 		f.Add([]byte(b), []byte(strings.Replace(b, `},{"type":`, `}]}`+"\x00", 1)))
 		f.Add([]byte(b), []byte(strings.Replace(b, `]`, `,{"type":"function_call","call_id":"x","name":"f","arguments":"{}"}]`, 1)))
 	}
+	// Codex CLI's shape: a field after the input that changes on every request.
+	prev := `{"model":"gpt-5","instructions":"Be brief.","input":[{"role":"user","content":"hi"},{"type":"function_call","call_id":"c1","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c1","output":"ok"}],"store":false,"client_metadata":{"turn":"1"}}`
+	f.Add([]byte(prev), []byte(strings.Replace(strings.Replace(prev, `"1"}`, `"2","x":[1]}`, 1), `"ok"}]`, `"ok"},{"role":"user","content":"more"}]`, 1)))
+	f.Add([]byte(prev), []byte(strings.Replace(prev, `"store":false`, `"input":[],"store":false`, 1)))
 	f.Fuzz(func(t *testing.T, prev, next []byte) { fuzzNext(t, Responses, prev, next) })
+}
+
+// TestDecodeNextTailChanged: a body whose fields after the messages differ from the previous
+// body's (Codex CLI's client_metadata, changed on every request, in another key order; an
+// Anthropic system prompt after the messages; a tool added) still reuses the previous
+// messages, and equals Decode's result. A repeated messages key in the new fields is decoded
+// whole, as Decode reads it.
+func TestDecodeNextTailChanged(t *testing.T) {
+	cases := []struct {
+		f          Format
+		prev, next string
+		reuse      bool
+	}{
+		{Responses,
+			`{"model":"gpt-5","instructions":"Be brief.","input":[{"role":"user","content":"hi"},{"type":"function_call","call_id":"c1","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c1","output":"ok"}],"store":false,"client_metadata":{"turn_id":"1","thread_id":"t"}}`,
+			`{"model":"gpt-5","instructions":"Be brief.","input":[{"role":"user","content":"hi"},{"type":"function_call","call_id":"c1","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c1","output":"ok"},{"role":"user","content":"more"}],"store":false,"client_metadata":{"thread_id":"t","turn_id":"2"}}`, true},
+		{Responses,
+			`{"model":"gpt-5","input":[{"role":"developer","content":"rules"},{"role":"user","content":"hi"},{"role":"assistant","content":"ok"}],"store":false,"metadata":{"n":"1"}}`,
+			`{"model":"gpt-5","input":[{"role":"developer","content":"rules"},{"role":"user","content":"hi"},{"role":"assistant","content":"ok"},{"role":"user","content":"go"}],"store":false,"metadata":{"n":"2"}}`, true},
+		{Anthropic,
+			`{"model":"claude-sonnet-4-5","max_tokens":100,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"ok"},{"role":"user","content":"more"}],"system":"Be brief."}`,
+			`{"model":"claude-sonnet-4-5","max_tokens":100,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"ok"},{"role":"user","content":"more"},{"role":"assistant","content":"ok"},{"role":"user","content":"go"}],"system":"Be briefer.","tools":[{"name":"f","input_schema":{"type":"object"}}]}`, true},
+		{OpenAI,
+			`{"model":"gpt-4o","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"hi"},{"role":"assistant","content":"ok"}],"user":"a"}`,
+			`{"model":"gpt-4o","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"hi"},{"role":"assistant","content":"ok"},{"role":"user","content":"go"}],"user":"b"}`, true},
+		// The messages key again after the messages: Decode takes the last; so does DecodeNext.
+		{OpenAI,
+			`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"ok"}],"user":"a"}`,
+			`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"ok"},{"role":"user","content":"go"}],"user":"a","messages":[{"role":"user","content":"other"}]}`, false},
+	}
+	for i, c := range cases {
+		_, lay, err := DecodeLayout(c.f, []byte(c.prev))
+		if err != nil || lay == nil {
+			t.Fatalf("case %d: the previous body has no layout: %v", i, err)
+		}
+		want, werr := Decode(c.f, []byte(c.next))
+		own := []byte(c.next)
+		got, glay, gerr := DecodeNext(c.f, own, lay)
+		scribble(own)
+		if (werr == nil) != (gerr == nil) || werr == nil && !reflect.DeepEqual(want, got) {
+			wj, _ := json.Marshal(want)
+			gj, _ := json.Marshal(got)
+			t.Fatalf("case %d: DecodeNext differs from Decode (%v, %v)\nwant: %s\ngot:  %s", i, werr, gerr, wj, gj)
+		}
+		if reused := glay != nil && glay.Reused() > 0; reused != c.reuse {
+			t.Fatalf("case %d: reused %v, want %v", i, reused, c.reuse)
+		}
+	}
 }
 
 // TestCommonPrefixLen: the length found wherever the two differ, around the chunk sizes the
