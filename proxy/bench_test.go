@@ -261,8 +261,11 @@ func (c *benchConversation) responsesBody(step int) []byte {
 			items = append(items, map[string]any{"type": "message", "role": "user", "content": []any{map[string]any{"type": "input_text", "text": m["content"]}}})
 		}
 	}
-	b, _ := json.Marshal(map[string]any{"model": "gpt-5", "instructions": c.msgs[0]["content"], "input": items, "store": false,
-		"tools": []any{map[string]any{"type": "function", "name": "grep", "parameters": map[string]any{"type": "object"}}}})
+	// Codex's field order (its request struct's): the instructions before the input, and
+	// after it the tools and a client_metadata that changes on every request.
+	input, _ := json.Marshal(items)
+	instructions, _ := json.Marshal(c.msgs[0]["content"])
+	b := fmt.Appendf(nil, `{"model":"gpt-5","instructions":%s,"input":%s,"tools":[{"type":"function","name":"grep","parameters":{"type":"object"}}],"store":false,"client_metadata":{"turn_id":"turn-%d"}}`, instructions, input, step)
 	c.msgs = append(c.msgs, map[string]any{"role": "assistant", "content": "ok"})
 	return b
 }
@@ -292,7 +295,7 @@ func post(b testing.TB, client *http.Client, url, session string, body []byte) t
 	switch {
 	case bytes.HasPrefix(body, []byte(`{"max_tokens"`)):
 		path = "/v1/messages" // an anthropicBody (json.Marshal sorts the keys)
-	case bytes.HasPrefix(body, []byte(`{"input"`)):
+	case bytes.HasPrefix(body, []byte(`{"model":"gpt-5","instructions"`)):
 		path = "/v1/responses" // a responsesBody
 	}
 	req, _ := http.NewRequest("POST", url+path, bytes.NewReader(body))
