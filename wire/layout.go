@@ -17,7 +17,10 @@ import (
 // conversation only where it differs from that one: the bytes the two bodies share at their
 // start (the top-level fields before the messages and the first messages) and at their end
 // (the rest of the top-level object after the messages array) are the same JSON, so their
-// decoding is reused, and only the messages in between are validated and decoded. The result
+// decoding is reused, and only the messages in between are validated and decoded. When the
+// end differs (Codex CLI's client_metadata changes on every request), the fields after the
+// messages are decoded on their own, as the body with an empty messages array (topFields),
+// and the shared messages are still reused. The result
 // is exactly what Decode gives (FuzzDecodeNext checks it on arbitrary edits of valid bodies);
 // whenever the shape does not allow reuse, DecodeNext decodes the body whole.
 
