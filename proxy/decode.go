@@ -26,11 +26,11 @@ import (
 //
 // A body replaces the cached one it continues (see continues): that conversation has moved
 // on. A body that shares less (a fork early in the conversation, another session) or that
-// was decoded whole is added beside the others: two sessions of one agent in one repository often share their first
-// kilobyte and more, and each must keep its own body, or each request of one would evict the
-// other's and be decoded whole (measured: 4-7 ms at 100K tokens instead of 0.1). The cache is
-// bounded by the bytes of the bodies it keeps (Config.DecodeCacheBytes), least recently used
-// dropped first.
+// was decoded whole is added beside the others: two sessions of one agent in one repository
+// often share their first kilobyte and more, and each must keep its own body, or each
+// request of one would evict the other's and be decoded whole (measured: 4-7 ms at 100K
+// tokens instead of 0.1). The cache is bounded by the bytes of the bodies it keeps
+// (Config.DecodeCacheBytes), least recently used dropped first.
 
 // headLen is how much of a body's start names its candidates.
 const headLen = 1024
