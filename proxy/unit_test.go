@@ -448,9 +448,11 @@ func TestDecodeKeepsBreakpoints(t *testing.T) {
 
 // TestDecodeCacheKeepsSiblings: two sessions of one agent whose bodies share their first
 // kilobyte (the head that names candidates) and differ after their messages (the system
-// prompt of an Anthropic body, the instructions of a Responses body), sent in turn, each
-// continue their own cached body: only their first requests are decoded whole. And a fork
-// (an earlier message edited) is kept beside the conversation it left, which continues too.
+// prompt of an Anthropic body, the instructions of a Responses body), sent in turn: each
+// later body is decoded against its own session's previous body, and at most the two first
+// bodies are decoded whole (the second may continue the first: they share their first
+// message). A fork (an earlier message edited) is kept beside the conversation it left, which
+// continues too; an edit of the last two messages replaces the body it edits.
 func TestDecodeCacheKeepsSiblings(t *testing.T) {
 	first := strings.Repeat("Fix the failing test in pkg/a and explain the cause. ", 40) // past headLen
 	body := func(f Format, system string, texts []string) []byte {

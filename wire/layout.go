@@ -67,9 +67,10 @@ func (l *Layout) Dropped() int { return l.dropped }
 func (l *Layout) Body() []byte { return l.body }
 
 // EndsLike reports whether body ends as the layout's body does after its messages array (the
-// top-level fields that follow it): DecodeNext continues the layout only for such a body, so
-// a caller choosing among layouts skips the others (another conversation of the same agent,
-// whose system prompt or tools follow its messages).
+// top-level fields that follow it). DecodeNext reuses the decoding of those fields only for
+// such a body (it decodes them anew otherwise), and a caller choosing among layouts prefers
+// these: another conversation of the same agent, whose system prompt or tools follow its
+// messages, ends otherwise.
 func (l *Layout) EndsLike(body []byte) bool {
 	return bytes.HasSuffix(bytes.TrimSpace(body), l.body[l.close:])
 }
