@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -62,6 +63,26 @@ func bufferingProxy(target string) http.Handler {
 	})
 }
 
+// pacedReader reads r at mbps MB/s at most, in 16 KiB steps: a network link.
+type pacedReader struct {
+	r     io.Reader
+	mbps  int
+	start time.Time
+	n     int
+}
+
+func (p *pacedReader) Read(b []byte) (int, error) {
+	if p.start.IsZero() {
+		p.start = time.Now()
+	}
+	if due := p.start.Add(time.Duration(p.n) * time.Microsecond / time.Duration(p.mbps)); time.Until(due) > 0 {
+		time.Sleep(time.Until(due))
+	}
+	n, err := p.r.Read(b[:min(len(b), 16<<10)])
+	p.n += n
+	return n, err
+}
+
 // benchUpstream answers every chat request with a fixed small completion, delay after it has
 // read the request (a provider's time to first byte, much shortened).
 func benchUpstream(delay time.Duration) http.Handler {
@@ -95,13 +116,22 @@ type benchSpec struct {
 	Window int           // ctxmgr's window
 	Mem    bool          // ctxmgr on store.NewMemory
 	Shared bool          // ctxmgr with Config.SharedStore (messages written before forwarding)
+	NoCut  bool          // ctxmgr with cut-through forwarding off (Config.CutThroughBytes -1)
+	Link   int           // an upstream reading bodies at this many MB/s (0: at once)
 }
 
 // handler builds the server, its files in dir; closeFn releases what it holds.
 func (spec benchSpec) handler(dir string) (h http.Handler, closeFn func(), err error) {
 	switch spec.Kind {
 	case "upstream":
-		return benchUpstream(spec.Delay), func() {}, nil
+		h := benchUpstream(spec.Delay)
+		if spec.Link > 0 {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				r.Body = io.NopCloser(&pacedReader{r: r.Body, mbps: spec.Link})
+				h.ServeHTTP(w, r)
+			}), func() {}, nil
+		}
+		return h, func() {}, nil
 	case "buffering":
 		return bufferingProxy(spec.Target), func() {}, nil
 	case "reverse":
@@ -119,7 +149,11 @@ func (spec benchSpec) handler(dir string) (h http.Handler, closeFn func(), err e
 		if spec.Mem {
 			sst = store.NewMemory()
 		}
-		srv, err := New(Config{UpstreamOpenAI: spec.Target, UpstreamAnthropic: spec.Target, Store: sst, SharedStore: spec.Shared, Window: spec.Window, Logger: quietLogger()})
+		cut := 0
+		if spec.NoCut {
+			cut = -1
+		}
+		srv, err := New(Config{UpstreamOpenAI: spec.Target, UpstreamAnthropic: spec.Target, Store: sst, SharedStore: spec.Shared, Window: spec.Window, CutThroughBytes: cut, Logger: quietLogger()})
 		if err != nil {
 			_ = st.Close()
 			return nil, nil, err
@@ -196,22 +230,28 @@ func newBenchConversation(target int) *benchConversation {
 	counter, _ := tokens.ForEncoding(tokens.O200kBase)
 	total := 0
 	for turn := 0; total < target; turn++ {
-		var out strings.Builder
-		for i := 0; i < 30; i++ {
-			fmt.Fprintf(&out, "pkg/mod%d/file%d.go:%d: func Handler%d(ctx context.Context) error { return nil } // ok\n", turn, i, i*7, i)
-		}
-		id := fmt.Sprintf("call_%d", turn)
-		add := []map[string]any{
-			{"role": "user", "content": fmt.Sprintf("Step %d: grep the handlers in module %d and tell me which ones return errors.", turn, turn)},
-			{"role": "assistant", "content": nil, "tool_calls": []any{map[string]any{"id": id, "type": "function",
-				"function": map[string]any{"name": "grep", "arguments": fmt.Sprintf(`{"pattern":"func Handler","path":"pkg/mod%d"}`, turn)}}}},
-			{"role": "tool", "tool_call_id": id, "content": out.String()},
-			{"role": "assistant", "content": fmt.Sprintf("Module %d has 30 handlers; none returns an error yet.", turn)},
-		}
+		add := benchTurn(turn)
 		c.msgs = append(c.msgs, add...)
-		total += counter.Text(out.String()) + 80
+		total += counter.Text(add[2]["content"].(string)) + 80
 	}
 	return c
+}
+
+// benchTurn is a turn of a bench conversation: a request, a tool call and its output (some
+// 1,100 tokens), an answer.
+func benchTurn(turn int) []map[string]any {
+	var out strings.Builder
+	for i := 0; i < 30; i++ {
+		fmt.Fprintf(&out, "pkg/mod%d/file%d.go:%d: func Handler%d(ctx context.Context) error { return nil } // ok\n", turn, i, i*7, i)
+	}
+	id := fmt.Sprintf("call_%d", turn)
+	return []map[string]any{
+		{"role": "user", "content": fmt.Sprintf("Step %d: grep the handlers in module %d and tell me which ones return errors.", turn, turn)},
+		{"role": "assistant", "content": nil, "tool_calls": []any{map[string]any{"id": id, "type": "function",
+			"function": map[string]any{"name": "grep", "arguments": fmt.Sprintf(`{"pattern":"func Handler","path":"pkg/mod%d"}`, turn)}}}},
+		{"role": "tool", "tool_call_id": id, "content": out.String()},
+		{"role": "assistant", "content": fmt.Sprintf("Module %d has 30 handlers; none returns an error yet.", turn)},
+	}
 }
 
 // anthropicBody is body in Anthropic's format, as Claude Code sends it: the system prompt
@@ -291,6 +331,11 @@ func (c *benchConversation) body(step int) []byte {
 }
 
 func post(b testing.TB, client *http.Client, url, session string, body []byte) time.Duration {
+	return postAt(b, client, url, session, body, 0)
+}
+
+// postAt is post with the body sent at mbps MB/s (0: at once).
+func postAt(b testing.TB, client *http.Client, url, session string, body []byte, mbps int) time.Duration {
 	path := "/v1/chat/completions"
 	switch {
 	case bytes.HasPrefix(body, []byte(`{"max_tokens"`)):
@@ -298,7 +343,12 @@ func post(b testing.TB, client *http.Client, url, session string, body []byte) t
 	case bytes.HasPrefix(body, []byte(`{"model":"gpt-5","instructions"`)):
 		path = "/v1/responses" // a responsesBody
 	}
-	req, _ := http.NewRequest("POST", url+path, bytes.NewReader(body))
+	var rd io.Reader = bytes.NewReader(body)
+	if mbps > 0 {
+		rd = &pacedReader{r: rd, mbps: mbps}
+	}
+	req, _ := http.NewRequest("POST", url+path, rd)
+	req.ContentLength = int64(len(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer sk-bench")
 	if session != "" {
@@ -349,6 +399,12 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	// garbage, but every request wakes three processes, and on 2 cores the reverse proxy's
 	// own p50 was 2.5x the in-process one (README, "Added latency").
 	procs := os.Getenv("CTXMGR_BENCH_PROCS") != ""
+	// CTXMGR_BENCH_LINK=<MB/s> puts the proxies on a network: the client sends its bodies
+	// and the upstreams read theirs at that rate (a proxy shared by several clients, as a
+	// PostgreSQL deployment is), where a proxy that reads a body whole before sending it on
+	// adds a whole transfer. CTXMGR_BENCH_NO_CUT=1 turns cut-through forwarding off.
+	link, _ := strconv.Atoi(os.Getenv("CTXMGR_BENCH_LINK"))
+	noCut := os.Getenv("CTXMGR_BENCH_NO_CUT") != ""
 	serve := func(b *testing.B, spec benchSpec) string {
 		if !procs {
 			h, closeFn, err := spec.handler(b.TempDir())
@@ -362,10 +418,10 @@ func BenchmarkProxyOverhead(b *testing.B) {
 		return startBenchServer(b, spec)
 	}
 	newProxy := func(b *testing.B, window int, up string) string {
-		return serve(b, benchSpec{Kind: "ctxmgr", Target: up, Window: window, Mem: mem, Shared: shared})
+		return serve(b, benchSpec{Kind: "ctxmgr", Target: up, Window: window, Mem: mem, Shared: shared, NoCut: noCut})
 	}
-	upURL := serve(b, benchSpec{Kind: "upstream"})
-	slowURL := serve(b, benchSpec{Kind: "upstream", Delay: 2 * time.Millisecond})
+	upURL := serve(b, benchSpec{Kind: "upstream", Link: link})
+	slowURL := serve(b, benchSpec{Kind: "upstream", Delay: 2 * time.Millisecond, Link: link})
 	rp, slowRP := serve(b, benchSpec{Kind: "reverse", Target: upURL}), serve(b, benchSpec{Kind: "reverse", Target: slowURL})
 	bp, slowBP := serve(b, benchSpec{Kind: "buffering", Target: upURL}), serve(b, benchSpec{Kind: "buffering", Target: slowURL})
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 100}}
@@ -436,10 +492,10 @@ func BenchmarkProxyOverhead(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				body := bodies[i]
-				direct := post(b, client, upstream, "", body)
-				through := post(b, client, px, "bench", body)
-				plain := post(b, client, plainProxy, "", body)
-				buffered := post(b, client, buffering, "", body)
+				direct := postAt(b, client, upstream, "", body, link)
+				through := postAt(b, client, px, "bench", body, link)
+				plain := postAt(b, client, plainProxy, "", body, link)
+				buffered := postAt(b, client, buffering, "", body, link)
 				added = append(added, max(0, through-direct))
 				anchor = append(anchor, max(0, plain-direct))
 				floor = append(floor, max(0, buffered-direct))

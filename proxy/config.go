@@ -94,6 +94,12 @@ type Config struct {
 	// that the next request of a conversation is decoded only where it differs (see
 	// decode.go). Default 64 MiB; negative: off.
 	DecodeCacheBytes int
+	// CutThroughBytes: a body of at least this many bytes whose conversation's previous body
+	// was forwarded as the client sent it starts upstream while it is read, all but its last
+	// byte, which goes once the proxy has decided to forward it as it is (see cutthrough.go;
+	// the decode cache holds the prediction). Default 32 KiB (bodies of 1 KiB or less never
+	// are); negative: off, every body is read whole before anything goes upstream.
+	CutThroughBytes int
 	// Tune, if set, adjusts each Manager's configuration after the preset is applied: a
 	// program that embeds the proxy declares its agent's own tools there, say (see
 	// ExampleConfig_tune). The configuration already has its defaults (ctxmgr.Preset): what
@@ -171,6 +177,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DecodeCacheBytes == 0 {
 		c.DecodeCacheBytes = 64 << 20
+	}
+	if c.CutThroughBytes == 0 {
+		c.CutThroughBytes = 32 << 10
 	}
 	return c
 }

@@ -30,7 +30,7 @@ import (
 func (s *Server) handleCountTokens(f Format) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		body, err := readBody(w, r, s.cfg.MaxBodyBytes, nil)
+		body, err := readBody(w, r, s.cfg.MaxBodyBytes, nil, nil)
 		if err != nil {
 			writeError(w, f, http.StatusRequestEntityTooLarge, "request_too_large", "reading the request body: "+err.Error())
 			return

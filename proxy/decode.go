@@ -51,6 +51,14 @@ type decoded struct {
 	src  *sentBody
 	elem *list.Element
 	used uint64 // tick of the last lookup or store
+	// users counts the decodes reading this entry's request (from lookup until DecodeNext
+	// returns) and the exchange that decoded it (until it ends; decodeInfo.done): the
+	// request's messages may be overwritten by a later body's decode only when it is the one
+	// user left (giveUp).
+	users atomic.Int32
+	// forwardedTo is the upstream URL this body was forwarded to as the client's own bytes,
+	// nil if it was not (or not yet): the prediction of cutthrough.go.
+	forwardedTo atomic.Pointer[string]
 	// extended: a later body continued every message of this one, and appended its hashes
 	// to the array of hashes in place (see wire.Layout; only one continuation may).
 	extended atomic.Bool
@@ -90,6 +98,8 @@ type decodeInfo struct {
 	// bps are the messages' cache_control breakpoints, in order (Anthropic bodies only: the
 	// other formats have none).
 	bps []breakpoint
+	// entry is the cache entry the body was stored as, if it was.
+	entry *decoded
 }
 
 // continues reports whether lay, decoded from body against prev, continues prev's
@@ -145,7 +155,10 @@ func (c *decodeCache) decode(f Format, body []byte, src *sentBody) (*chat.Reques
 	var req *chat.Request
 	var err error
 	if prev != nil {
-		req, lay, err = wire.DecodeNext(f, body, prev.lay)
+		req, lay, err = wire.DecodeNextOwned(f, body, prev.lay, func(reused, dropped int) bool {
+			return c.giveUp(prev, body, reused, dropped)
+		})
+		prev.users.Add(-1)
 	} else {
 		req, lay, err = wire.DecodeLayout(f, body)
 	}
@@ -190,14 +203,17 @@ func (c *decodeCache) decode(f Format, body []byte, src *sentBody) (*chat.Reques
 	} else {
 		c.whole.Add(1)
 	}
+	var entry *decoded
 	if lay != nil {
 		var replaced *decoded
 		if prev != nil && continues(prev, lay, body, len(req.Messages)) {
 			replaced = prev
 		}
-		c.store(&decoded{head: head, lay: lay, hashes: hashes, firstCmd: first, bps: bps, src: src}, replaced)
+		entry = &decoded{head: head, lay: lay, hashes: hashes, firstCmd: first, bps: bps, src: src}
+		entry.users.Store(1) // the exchange's, until it calls done
+		c.store(entry, replaced)
 	}
-	return &out, decodeInfo{hashes: hashes, firstCmd: first, bps: bps}, nil
+	return &out, decodeInfo{hashes: hashes, firstCmd: first, bps: bps, entry: entry}, nil
 }
 
 // lookup returns the cached body under head to decode body against: one that ends as body
@@ -231,11 +247,60 @@ func (c *decodeCache) lookup(head [16]byte, body []byte) *decoded {
 		if best.src != nil {
 			best.src.refs.Add(1) // released by the caller once DecodeNext has read the body
 		}
+		best.users.Add(1)
 		c.lru.MoveToFront(best.elem)
 		c.tick++
 		best.used = c.tick
 	}
 	return best
+}
+
+// forwardedTo returns where the most recent cached body under head that was forwarded as the
+// client's own bytes went, if it is not longer than n bytes (a conversation grows), or "".
+func (c *decodeCache) forwardedTo(head [16]byte, n int) string {
+	if c == nil || c.limit <= 0 {
+		return ""
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var best *decoded
+	var to *string
+	for _, d := range c.byHead[head] {
+		if t := d.forwardedTo.Load(); t != nil && len(d.lay.Body()) <= n && (best == nil || d.used > best.used) {
+			best, to = d, t
+		}
+	}
+	if to == nil {
+		return ""
+	}
+	return *to
+}
+
+// giveUp is asked by DecodeNextOwned whether the body being decoded against prev, which keeps
+// reused of its messages and drops dropped of its wire messages, may overwrite prev's
+// messages in place. It may when prev would be replaced by the body anyway (continues: one
+// wire message dropped at most, the same fields after the messages) and no one but this
+// decode uses prev: the exchange that decoded it has ended, and no other decode has looked
+// it up. prev then leaves the cache at once, so that none will.
+func (c *decodeCache) giveUp(prev *decoded, body []byte, reused, dropped int) bool {
+	if reused == 0 || dropped > 1 || !prev.lay.EndsLike(body) {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if prev.elem == nil || prev.users.Load() != 1 {
+		return false
+	}
+	c.remove(prev)
+	return true
+}
+
+// done is called by the exchange that decoded the request once it has ended: it reads the
+// request's messages no more.
+func (d *decodeInfo) done() {
+	if d.entry != nil {
+		d.entry.users.Add(-1)
+	}
 }
 
 // sharedPrefix is the length of the common prefix of a and b.

@@ -153,7 +153,9 @@
 // (left unchanged: the client's own bytes forwarded), ctxmgr_commands_total, ctxmgr_reads_total,
 // ctxmgr_branches_total, ctxmgr_session_reloads_total, ctxmgr_unmanaged_requests_total{reason},
 // ctxmgr_max_tokens_lowered_total, ctxmgr_usage_ratio, ctxmgr_overhead_seconds and
-// ctxmgr_decodes_total{result} (bodies decoded whole or continuing a cached one). Every
+// ctxmgr_decodes_total{result} (bodies decoded whole or continuing a cached one),
+// ctxmgr_cut_through_total{result} (bodies streamed upstream while read, predicted to go as
+// sent: committed, aborted, failed and sent again; see Config.CutThroughBytes). Every
 // request, pass-through ones included, is logged once with its path, status, model, session
 // and whether it was managed (managed=false with its reason).
 //

@@ -35,6 +35,7 @@ type metrics struct {
 	notStored     prometheus.Counter
 	usageRatio    *prometheus.HistogramVec
 	overhead      *prometheus.HistogramVec
+	cutThrough    *prometheus.CounterVec // result: committed, aborted, failed
 }
 
 func newMetrics(reg prometheus.Registerer, decodes *decodeCache) (*metrics, error) {
@@ -82,8 +83,10 @@ func newMetrics(reg prometheus.Registerer, decodes *decodeCache) (*metrics, erro
 		overhead: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ctxmgr_overhead_seconds",
 			Help:    "Time the proxy spent on a request before forwarding it (context management), by format.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14)}, []string{"format"}),
+		cutThrough: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ctxmgr_cut_through_total",
+			Help: "Upstream requests started while the client's body was read (predicted to be forwarded as is), by result: committed (it was), aborted (another request was sent, or the client went away) or failed (the upstream connection was lost before the body's last byte, and the body sent again)."}, []string{"result"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.upstream, m.tokensBefore, m.tokensAfter, m.compactions, m.recoveries,
+	for _, c := range []prometheus.Collector{m.cutThrough, m.requests, m.upstream, m.tokensBefore, m.tokensAfter, m.compactions, m.recoveries,
 		m.fallbacks, m.prefixChanged, m.prefixKept, m.verbatim, m.commands, m.reads, m.branches, m.reloads, m.unmanaged, m.lowered, m.busy, m.notStored, m.usageRatio, m.overhead} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -101,6 +104,9 @@ func newMetrics(reg prometheus.Registerer, decodes *decodeCache) (*metrics, erro
 	}
 	for _, f := range []Format{FormatOpenAI, FormatAnthropic, FormatResponses} {
 		m.verbatim.WithLabelValues(string(f))
+	}
+	for _, l := range []string{"committed", "aborted", "failed"} {
+		m.cutThrough.WithLabelValues(l)
 	}
 	for _, l := range []string{"auto", "manual"} {
 		m.compactions.WithLabelValues(l)

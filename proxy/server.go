@@ -353,6 +353,9 @@ type exchange struct {
 	flushErr error
 
 	bodies []*sentBody // encoded into reused buffers (bodies.go)
+	// cut is the upstream request started while the client's body was read (cutthrough.go),
+	// until the first send commits or aborts it.
+	cut *cutThrough
 }
 
 // startFlush writes the messages the request added to its session (deferred by
@@ -415,7 +418,12 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 		s.log.LogAttrs(r.Context(), slog.LevelInfo, "proxy request", attrs...)
 	}()
 
-	body, err := readBody(sw, r, s.cfg.MaxBodyBytes, s.readBuffer(r.ContentLength))
+	x := &exchange{s: s, w: sw, r: r, format: format, log: s.log}
+	defer x.releaseBodies()
+	body, err := x.readChatBody()
+	if x.cut != nil {
+		defer x.endCut(x.cut)
+	}
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -425,10 +433,9 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 		writeError(sw, format, http.StatusBadRequest, "invalid_request_error", "reading the request body: "+err.Error())
 		return
 	}
-	x := &exchange{s: s, w: sw, r: r, format: format, log: s.log, body: body}
-	x.keepBody(body) // counted: its buffer is reused once no one reads it (bodies.go)
-	defer x.releaseBodies()
+	x.body = body // counted: its buffer is reused once no one reads it (bodies.go)
 	dec, di, derr := s.decodes.decode(format, body, x.bodyOf(body))
+	defer di.done() // after every use of dec's messages: the deferred calls below run first
 	if derr == nil {
 		x.di = di
 		x.dec = dec
@@ -501,7 +508,9 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 // Content-Length sizes the buffer once (io.ReadAll would grow it by doubling: twice the bytes
 // allocated and copied for the megabyte bodies of long conversations), with an eighth more
 // room: the buffer is reused (bodies.go) for later bodies of the conversation, each longer.
-func readBody(w http.ResponseWriter, r *http.Request, limit int64, buf []byte) ([]byte, error) {
+// progress, if not nil, is told how many bytes of such a body have been read, as they arrive
+// (cutthrough.go).
+func readBody(w http.ResponseWriter, r *http.Request, limit int64, buf []byte, progress func(n int)) ([]byte, error) {
 	rd := http.MaxBytesReader(w, r.Body, limit)
 	if n := r.ContentLength; n > 0 && n <= limit {
 		if int64(cap(buf)) >= n {
@@ -509,8 +518,21 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64, buf []byte) (
 		} else {
 			buf = make([]byte, n, n+n/8)
 		}
-		if _, err := io.ReadFull(rd, buf); err != nil {
-			return nil, err // a body cut short is an error, not a shorter body
+		for got := 0; got < len(buf); {
+			m, err := rd.Read(buf[got:])
+			got += m
+			if m > 0 && progress != nil {
+				progress(got)
+			}
+			if err != nil {
+				if got < len(buf) {
+					if err == io.EOF {
+						err = io.ErrUnexpectedEOF
+					}
+					return nil, err // a body cut short is an error, not a shorter body
+				}
+				break
+			}
 		}
 		rest, err := io.ReadAll(rd) // nothing: the server holds a body to its Content-Length
 		if len(rest) > 0 {
@@ -774,8 +796,29 @@ func (x *exchange) encodeSession(out *chat.Request, dst []byte) ([]byte, error) 
 	return b, nil
 }
 
-// send posts body upstream with the client's headers.
+// send posts body upstream with the client's headers. The first send of the client's own
+// bytes to the upstream a cut-through request was started to commits that request; any
+// other aborts it first (cutthrough.go).
 func (x *exchange) send(ctx context.Context, body []byte) (*http.Response, error) {
+	if c := x.cut; c != nil {
+		x.cut = nil
+		if c.target == x.target && x.isClientBody(body) {
+			t0 := time.Now()
+			resp, err, ok := c.commit()
+			if ok {
+				x.s.metrics.cutThrough.WithLabelValues("committed").Inc()
+				d := time.Since(t0)
+				x.upstreamNS += int64(d)
+				x.s.metrics.upstream.WithLabelValues(string(x.format)).Observe(d.Seconds())
+				return resp, err
+			}
+			// It failed before its last byte: the upstream has not acted on it.
+			x.log.Debug("proxy: cut-through request failed before its end; sending again", slog.String("error", RedactText(err.Error())))
+			x.s.metrics.cutThrough.WithLabelValues("failed").Inc()
+		} else if c.abort() {
+			x.s.metrics.cutThrough.WithLabelValues("aborted").Inc()
+		}
+	}
 	var rd io.Reader = bytes.NewReader(body)
 	sb := x.bodyOf(body)
 	if sb != nil {
@@ -804,12 +847,25 @@ func (x *exchange) send(ctx context.Context, body []byte) (*http.Response, error
 	return resp, err
 }
 
+// isClientBody reports whether body is the client's own.
+func (x *exchange) isClientBody(body []byte) bool {
+	return len(body) == len(x.body) && len(body) > 0 && &body[0] == &x.body[0]
+}
+
 // maxErrorBody bounds how much of an upstream error body is read.
 const maxErrorBody = 4 << 20
 
 // forward sends body upstream and relays the answer, recovering from context overflows when
 // the request is managed.
 func (x *exchange) forward(ctx context.Context, body []byte) {
+	if e := x.di.entry; e != nil {
+		// What the next request of the conversation will likely be forwarded as.
+		if x.isClientBody(body) {
+			e.forwardedTo.Store(&x.target)
+		} else {
+			e.forwardedTo.Store(nil)
+		}
+	}
 	for {
 		resp, err := x.send(ctx, body)
 		if ferr := x.awaitFlush(); ferr != nil {

@@ -258,7 +258,7 @@ func TestReadBody(t *testing.T) {
 	} {
 		r := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(c.body))
 		r.ContentLength = c.declared
-		got, err := readBody(httptest.NewRecorder(), r, c.limit, nil)
+		got, err := readBody(httptest.NewRecorder(), r, c.limit, nil, nil)
 		if (err != nil) != c.err || err == nil && string(got) != c.want {
 			t.Errorf("%s: got %q, %v", c.name, got, err)
 		}

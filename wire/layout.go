@@ -46,8 +46,13 @@ type Layout struct {
 	// extended is set by the one DecodeNext that continues this layout's request exactly
 	// (every message kept, new ones after): that call appends to the arrays of req.Messages,
 	// ends and count in place (nothing reads past their lengths), so a growing conversation
-	// costs what its new messages cost; any other continuation copies.
+	// costs what its new messages cost; any other continuation copies, but the one a caller
+	// gives this layout up to (DecodeNextOwned), which may overwrite the messages from
+	// base on.
 	extended atomic.Bool
+	// base: the first base messages of req.Messages's array may be read by other layouts
+	// (this one's ancestors, which it extended in place); the rest is this layout's own.
+	base int
 }
 
 // Reused returns how many leading messages of the request were taken as they were from the
@@ -177,14 +182,35 @@ func DecodeNext(f Format, body []byte, prev *Layout) (*chat.Request, *Layout, er
 	if prev == nil || prev.format != f || (f != OpenAI && f != Anthropic && f != Responses) {
 		return DecodeLayout(f, body)
 	}
-	req, l, ok := decodeNext(f, bytes.TrimSpace(body), prev)
+	req, l, ok := decodeNext(f, bytes.TrimSpace(body), prev, nil)
 	if !ok {
 		return DecodeLayout(f, body)
 	}
 	return req, l, nil
 }
 
-func decodeNext(f Format, body []byte, prev *Layout) (*chat.Request, *Layout, bool) {
+// DecodeNextOwned is DecodeNext for a caller that may give prev up. Once the body is known
+// to keep reused of prev's messages and to drop dropped of its wire messages (Layout.Reused
+// and Dropped of the result), and before any message is decoded, own is called (at most
+// once, never for a body decoded whole). If it returns true, the caller guarantees that
+// nothing reads prev, nor its request, ever again (a cache replacing prev with the result,
+// no one else holding either), and the messages of prev's request that the body changed are
+// overwritten in place rather than every kept message copied: Claude Code moves its
+// cache_control breakpoint off the previous last message on every request, which made every
+// request copy the whole decoded history. Messages other layouts may still read (those prev
+// shares with the layout it extended) are never overwritten.
+func DecodeNextOwned(f Format, body []byte, prev *Layout, own func(reused, dropped int) bool) (*chat.Request, *Layout, error) {
+	if prev == nil || prev.format != f || (f != OpenAI && f != Anthropic && f != Responses) {
+		return DecodeLayout(f, body)
+	}
+	req, l, ok := decodeNext(f, bytes.TrimSpace(body), prev, own)
+	if !ok {
+		return DecodeLayout(f, body)
+	}
+	return req, l, nil
+}
+
+func decodeNext(f Format, body []byte, prev *Layout, own func(reused, dropped int) bool) (*chat.Request, *Layout, bool) {
 	pb := prev.body
 	common := commonPrefixLen(body, pb)
 	if common <= prev.open {
@@ -268,11 +294,20 @@ func decodeNext(f Format, body []byte, prev *Layout) (*chat.Request, *Layout, bo
 	}
 	var msgs []chat.Message
 	l := &Layout{format: f, body: body, req: &out, open: prev.open, close: closeAt, reused: kept - nsys, dropped: len(prev.ends) - k}
-	if k == len(prev.ends) && kept-nsys == len(prev.req.Messages) && prev.extended.CompareAndSwap(false, true) {
+	reused := kept - nsys
+	switch {
+	case k == len(prev.ends) && reused == len(prev.req.Messages) && prev.extended.CompareAndSwap(false, true):
 		msgs, l.ends, l.count, l.closed = prev.req.Messages, append(prev.ends, ends...), prev.count, prev.closed
-	} else {
-		msgs = make([]chat.Message, kept-nsys, kept-nsys+len(raws)+1)
-		copy(msgs, prev.req.Messages[:kept-nsys])
+		l.base = reused // prev reads them on
+	case own != nil && reused >= prev.base && reused < len(prev.req.Messages) && own(reused, l.dropped) && prev.extended.CompareAndSwap(false, true):
+		// prev is given up: its messages from reused on are overwritten (append writes over
+		// them); those before prev.base are its ancestors', never written.
+		msgs, l.base = prev.req.Messages[:reused], prev.base
+	default:
+		msgs = make([]chat.Message, reused, reused+len(raws)+1)
+		copy(msgs, prev.req.Messages[:reused])
+	}
+	if l.ends == nil {
 		l.ends, l.count = append(prev.ends[:k:k], ends...), append(prev.count[:k:k], make([]int, 0, len(raws))...)
 		if f == Responses {
 			l.closed = append(prev.closed[:k:k], make([]bool, 0, len(raws))...)
@@ -319,6 +354,9 @@ func decodeNext(f Format, body []byte, prev *Layout) (*chat.Request, *Layout, bo
 			n += len(ms)
 		}
 		l.count = append(l.count, n)
+	}
+	if len(msgs) == 0 && f == Anthropic {
+		msgs = nil // as decodeAnthropic gives a body without messages (FuzzDecodeNext)
 	}
 	out.Messages = msgs
 	return &out, l, true

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -228,6 +229,109 @@ func fuzzNext(t *testing.T, format Format, prev, next []byte) {
 	scribble(own)
 	if werr == nil && !reflect.DeepEqual(want, whole) {
 		t.Fatalf("the request Decode returned changed with the body it was decoded from")
+	}
+	// Given prev up: its messages may be overwritten, the result is the same.
+	if lay != nil {
+		_, lay, _ = DecodeLayout(format, prev)
+		got, _, gerr = DecodeNextOwned(format, next, lay, func(int, int) bool { return true })
+		if (werr == nil) != (gerr == nil) || werr == nil && !reflect.DeepEqual(want, got) {
+			t.Fatalf("DecodeNextOwned differs from Decode: %v / %v", werr, gerr)
+		}
+	}
+}
+
+// TestDecodeNextOwned: a conversation with Claude Code's moving breakpoint, each body decoded
+// against the previous one's layout given up, equals Decode's; the previous last message is
+// overwritten in place; and a layout still alive (one that another extended in place) keeps
+// its request intact whatever its descendants overwrite.
+func TestDecodeNextOwned(t *testing.T) {
+	body := func(n int) []byte {
+		var b strings.Builder
+		b.WriteString(`{"model":"claude-sonnet-4-5","max_tokens":100,"messages":[`)
+		for i := range n {
+			if i > 0 {
+				b.WriteString(",")
+			}
+			role := "user"
+			if i%2 == 1 {
+				role = "assistant"
+			}
+			if i == n-1 {
+				fmt.Fprintf(&b, `{"role":%q,"content":[{"type":"text","text":"m%d","cache_control":{"type":"ephemeral"}}]}`, role, i)
+			} else {
+				fmt.Fprintf(&b, `{"role":%q,"content":[{"type":"text","text":"m%d"}]}`, role, i)
+			}
+		}
+		b.WriteString(`],"system":"Be brief."}`)
+		return []byte(b.String())
+	}
+	yes := func(int, int) bool { return true }
+	decode := func(n int, prev *Layout) (*chat.Request, *Layout) {
+		t.Helper()
+		want, err := Decode(Anthropic, body(n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, lay, err := DecodeNextOwned(Anthropic, body(n), prev, yes)
+		if err != nil || lay == nil || !reflect.DeepEqual(want, got) {
+			t.Fatalf("%d messages: DecodeNextOwned differs from Decode (%v)", n, err)
+		}
+		return got, lay
+	}
+	// Each body against the previous one's layout, given up: its last message changed (the
+	// breakpoint moved), one message added. The array grows by doubling, as append's does:
+	// most steps write in place.
+	_, lay := decode(3, nil)
+	inPlace := 0
+	for n := 4; n <= 40; n++ {
+		prev := lay.Request().Messages
+		var got *chat.Request
+		got, lay = decode(n, lay)
+		if lay.Reused() != n-2 || lay.Dropped() != 1 {
+			t.Fatalf("%d messages: reused %d, dropped %d; want %d, 1", n, lay.Reused(), lay.Dropped(), n-2)
+		}
+		if &got.Messages[0] == &prev[0] {
+			inPlace++
+		} else if cap(prev) >= n {
+			t.Fatalf("%d messages: copied, though the previous array had room", n)
+		}
+	}
+	if inPlace < 30 {
+		t.Fatalf("%d of 37 steps in place: want most", inPlace)
+	}
+	_, l1 := decode(3, nil)
+	_, l2 := decode(5, l1)
+	// l2 is extended in place by a body that keeps all of it (the breakpoint left as it was):
+	// l2 lives on, as a caller holding it would.
+	keep := bytes.Replace(body(5), []byte(`]}],"system"`), []byte(`]},{"role":"assistant","content":"m5"},{"role":"user","content":"m6"}],"system"`), 1)
+	want3, _ := Decode(Anthropic, keep)
+	r3, l3, err := DecodeNextOwned(Anthropic, keep, l2, yes)
+	if err != nil || !reflect.DeepEqual(want3, r3) || l3.Dropped() != 0 {
+		t.Fatalf("extension differs from Decode (%v) or dropped %d", err, l3.Dropped())
+	}
+	// Against l3, in a chain made anew each time: the last message edited (l3's own:
+	// overwritten in place), the last message of l2 edited, and a body back at 3 messages
+	// (below l3's base: l2's messages, copied). l2 must keep its request: l3 extended it.
+	want2, _ := Decode(Anthropic, body(5))
+	for i, next := range [][]byte{
+		bytes.Replace(keep, []byte(`"content":"m6"`), []byte(`"content":"m6 edited"`), 1),
+		bytes.Replace(keep, []byte(`"text":"m4"`), []byte(`"text":"m4 edited"`), 1),
+		body(3),
+	} {
+		_, l1, _ := DecodeLayout(Anthropic, body(3))
+		_, l2, _ := DecodeNextOwned(Anthropic, body(5), l1, yes)
+		_, l3, _ := DecodeNextOwned(Anthropic, keep, l2, yes)
+		want, _ := Decode(Anthropic, next)
+		got, l4, err := DecodeNextOwned(Anthropic, next, l3, yes)
+		if err != nil || !reflect.DeepEqual(want, got) {
+			t.Fatalf("case %d: DecodeNextOwned differs from Decode (%v)", i, err)
+		}
+		if !reflect.DeepEqual(want2, l2.Request()) {
+			t.Fatalf("case %d: a layout another extended in place lost its request", i)
+		}
+		if inPlace := &got.Messages[0] == &l3.Request().Messages[0]; inPlace && i > 0 || l4.Reused() == 0 {
+			t.Fatalf("case %d: in place %v, reused %d", i, inPlace, l4.Reused())
+		}
 	}
 }
 

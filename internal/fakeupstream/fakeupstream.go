@@ -161,6 +161,8 @@ type Server struct {
 
 	mu      sync.Mutex
 	records []Record
+	// cut counts the requests whose body ended before its Content-Length.
+	cut int
 
 	resp responsesState // the Responses API's memory (responses.go)
 }
@@ -192,6 +194,15 @@ func New(opts Options) *Server {
 		http.Error(w, `{"error":{"message":"Unknown request URL","type":"invalid_request_error"}}`, http.StatusNotFound)
 	})
 	return s
+}
+
+// CutShort returns how many requests ended before their body did (the connection closed
+// or the stream reset before the last byte its Content-Length announced): requests a real
+// API never acts on, and that Records does not hold.
+func (s *Server) CutShort() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cut
 }
 
 // Records returns a copy of what was received so far.
@@ -235,6 +246,9 @@ func (s *Server) serveModels(w http.ResponseWriter, _ *http.Request) {
 func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, f wire.Format) {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
+		s.mu.Lock()
+		s.cut++
+		s.mu.Unlock()
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
