@@ -179,14 +179,7 @@ func arrayMember(body []byte, key string) (open, close int, ok bool) {
 // decoding of what the two share. prev may be nil. The result equals Decode's; its messages
 // share memory with prev's request (never modify either).
 func DecodeNext(f Format, body []byte, prev *Layout) (*chat.Request, *Layout, error) {
-	if prev == nil || prev.format != f || (f != OpenAI && f != Anthropic && f != Responses) {
-		return DecodeLayout(f, body)
-	}
-	req, l, ok := decodeNext(f, bytes.TrimSpace(body), prev, nil)
-	if !ok {
-		return DecodeLayout(f, body)
-	}
-	return req, l, nil
+	return DecodeNextOwned(f, body, prev, nil)
 }
 
 // DecodeNextOwned is DecodeNext for a caller that may give prev up. Once the body is known
@@ -198,7 +191,8 @@ func DecodeNext(f Format, body []byte, prev *Layout) (*chat.Request, *Layout, er
 // overwritten in place rather than every kept message copied: Claude Code moves its
 // cache_control breakpoint off the previous last message on every request, which made every
 // request copy the whole decoded history. Messages other layouts may still read (those prev
-// shares with the layout it extended) are never overwritten.
+// shares with the layout it extended) are never overwritten. A nil own gives nothing up
+// (DecodeNext).
 func DecodeNextOwned(f Format, body []byte, prev *Layout, own func(reused, dropped int) bool) (*chat.Request, *Layout, error) {
 	if prev == nil || prev.format != f || (f != OpenAI && f != Anthropic && f != Responses) {
 		return DecodeLayout(f, body)
