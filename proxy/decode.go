@@ -31,6 +31,13 @@ import (
 // request of one would evict the other's and be decoded whole (measured: 4-7 ms at 100K
 // tokens instead of 0.1). The cache is bounded by the bytes of the bodies it keeps
 // (Config.DecodeCacheBytes), least recently used dropped first.
+//
+// A body that changes the last message of the one it continues (Claude Code moves its
+// cache_control breakpoint off it on every request) overwrites that message in the cached
+// array of decoded messages rather than copying the array, once no one else reads it
+// (wire.DecodeNextOwned, giveUp): each entry counts the decodes and the request being handled
+// that read it. Each entry also records where its body was forwarded as the client's bytes,
+// the prediction cut-through forwarding starts from (cutthrough.go).
 
 // headLen is how much of a body's start names its candidates.
 const headLen = 1024
