@@ -114,11 +114,11 @@ func (c *cutThrough) progress(n int) {
 	c.cond.Broadcast()
 }
 
-// commit lets the last byte go and returns the upstream's answer. ok is false when the
+// commit lets the last byte go and returns the upstream's answer. whole is false when the
 // request failed and the upstream cannot have received it whole: the transport never took
 // the last byte, or writing it failed (the connection was lost while the proxy decided).
 // The caller then sends the body again, as any other.
-func (c *cutThrough) commit() (resp *http.Response, err error, ok bool) {
+func (c *cutThrough) commit() (resp *http.Response, whole bool, err error) {
 	c.mu.Lock()
 	if c.state == cutStreaming {
 		c.state = cutCommitted
@@ -127,7 +127,7 @@ func (c *cutThrough) commit() (resp *http.Response, err error, ok bool) {
 	c.cond.Broadcast()
 	<-c.done
 	if c.err == nil {
-		return c.resp, nil, true
+		return c.resp, true, nil
 	}
 	// The transport reports the write it took the last byte for before its request ends,
 	// but possibly after RoundTrip returned. A transport that reports no writes (a custom
@@ -145,9 +145,9 @@ func (c *cutThrough) commit() (resp *http.Response, err error, ok bool) {
 	for c.writing {
 		c.cond.Wait()
 	}
-	whole := c.last && c.writeErr == nil
+	whole = c.last && c.writeErr == nil
 	c.mu.Unlock()
-	return c.resp, c.err, whole
+	return c.resp, whole, c.err
 }
 
 // abort ends the request before its last byte, and waits for it to be over: the upstream

@@ -804,8 +804,8 @@ func (x *exchange) send(ctx context.Context, body []byte) (*http.Response, error
 		x.cut = nil
 		if c.target == x.target && x.isClientBody(body) {
 			t0 := time.Now()
-			resp, err, ok := c.commit()
-			if ok {
+			resp, whole, err := c.commit()
+			if whole {
 				x.s.metrics.cutThrough.WithLabelValues("committed").Inc()
 				d := time.Since(t0)
 				x.upstreamNS += int64(d)
