@@ -254,6 +254,17 @@ func benchTurn(turn int) []map[string]any {
 	}
 }
 
+// toolTurnBody is body grown by a whole turn (benchTurn): the request, the tool call and its
+// output are sent, the answer is added after.
+func (c *benchConversation) toolTurnBody(step int) []byte {
+	turn := benchTurn(1000 + step)
+	c.msgs = append(c.msgs, turn[:3]...)
+	b, _ := json.Marshal(map[string]any{"model": "gpt-4o", "max_completion_tokens": 4096, "messages": c.msgs,
+		"tools": []any{map[string]any{"type": "function", "function": map[string]any{"name": "grep", "parameters": map[string]any{"type": "object"}}}}})
+	c.msgs = append(c.msgs, turn[3])
+	return b
+}
+
 // anthropicBody is body in Anthropic's format, as Claude Code sends it: the system prompt
 // and the newest user message carry cache_control breakpoints (so the newest message's
 // breakpoint moves on every request).
@@ -448,6 +459,11 @@ func BenchmarkProxyOverhead(b *testing.B) {
 		// proxy adds when its store write runs beside the upstream call.
 		{"latency-100K-upstream-2ms", 100000, 200000, FormatOpenAI, true},
 		{"latency-100K-anthropic-upstream-2ms", 100000, 200000, FormatAnthropic, true},
+		// From 100K tokens, each request a whole tool turn longer (a call and its output of
+		// some 1,100 tokens, as a coding agent's requests grow) instead of two short messages:
+		// a body soon outgrows the buffer its predecessors were read into. body-KiB is the
+		// last body's size.
+		{"latency-100K-tool-turns", 100000, 1000000, FormatOpenAI, false},
 	}
 	for _, c := range cases {
 		size := c.size
@@ -459,6 +475,9 @@ func BenchmarkProxyOverhead(b *testing.B) {
 			px := newProxy(b, c.window, upstream)
 			conv := newBenchConversation(size)
 			next := bodyMaker(conv, c.format)
+			if strings.HasSuffix(c.name, "tool-turns") {
+				next = conv.toolTurnBody
+			}
 			post(b, client, px, "bench", next(-1)) // the session's first request
 			// The bodies are made before the clock starts: marshalling a 400 KB history
 			// allocates megabytes, whose collection would otherwise land in the requests

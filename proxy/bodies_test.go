@@ -25,7 +25,7 @@ func TestSentBodyReusedAfterLastReader(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	x := &exchange{s: srv}
+	x := &exchange{s: srv, body: make([]byte, 40<<10)} // bodyBuffer sizes for the client's body
 	b := append(x.bodyBuffer(), `{"model":"m"}`...)
 	x.keepBody(b)
 	sb := x.bodyOf(b)
@@ -34,7 +34,7 @@ func TestSentBodyReusedAfterLastReader(t *testing.T) {
 	}
 	r1, r2 := sb.reader(), sb.reader() // the request's body, and one GetBody made for a retry
 	x.releaseBodies()
-	if got, _ := srv.bodyPool.Get().(*[]byte); got != nil {
+	if pooledFor(srv, len(x.body)) != nil {
 		t.Fatal("the buffer was reused while the transport could still read it")
 	}
 	if got, _ := io.ReadAll(r1); string(got) != `{"model":"m"}` {
@@ -42,15 +42,15 @@ func TestSentBodyReusedAfterLastReader(t *testing.T) {
 	}
 	_ = r1.Close()
 	_ = r1.Close() // a second Close releases nothing more
-	if got, _ := srv.bodyPool.Get().(*[]byte); got != nil {
+	if pooledFor(srv, len(x.body)) != nil {
 		t.Fatal("the buffer was reused while a reader was still open")
 	}
 	_ = r2.Close()
 	if soakRace {
 		return // sync.Pool drops a random share of what it is given under the race detector
 	}
-	got, _ := srv.bodyPool.Get().(*[]byte)
-	if got == nil || cap(*got) < len(b) || len(*got) != 0 || &(*got)[:1][0] != &b[0] {
+	got := pooledFor(srv, len(x.body))
+	if got == nil || cap(got) < len(b) || len(got) != 0 || &got[:1][0] != &b[0] {
 		t.Fatal("the buffer was not reused once every reader was closed")
 	}
 }
@@ -71,7 +71,7 @@ func TestReceivedBodyHeldByDecodeCache(t *testing.T) {
 	}
 	exchangeOf := func(body []byte) (*exchange, []byte) {
 		x := &exchange{s: srv}
-		b := append(make([]byte, 0, len(body)+len(body)/8), body...)
+		b := append(srv.bodies.get(len(body)), body...)
 		x.keepBody(b)
 		if _, _, err := srv.decodes.decode(FormatOpenAI, b, x.bodyOf(b)); err != nil {
 			t.Fatal(err)
@@ -80,7 +80,7 @@ func TestReceivedBodyHeldByDecodeCache(t *testing.T) {
 	}
 	x1, b1 := exchangeOf(body1)
 	x1.releaseBodies()
-	if got, _ := srv.bodyPool.Get().(*[]byte); got != nil {
+	if pooledFor(srv, len(body1)) != nil {
 		t.Fatal("the body was reused while the decode cache kept it")
 	}
 	x2, b2 := exchangeOf(body2) // continues body1: the cache lets it go
@@ -91,27 +91,94 @@ func TestReceivedBodyHeldByDecodeCache(t *testing.T) {
 		x2.releaseBodies()
 		return // sync.Pool drops a random share of what it is given under the race detector
 	}
-	got, _ := srv.bodyPool.Get().(*[]byte)
-	if got == nil || &(*got)[:1][0] != &b1[0] {
+	got := pooledFor(srv, len(body1))
+	if got == nil || &got[:1][0] != &b1[0] {
 		t.Fatal("the first body's buffer was not reused once the cache and the exchange let go")
 	}
 	x2.releaseBodies()
-	if got, _ := srv.bodyPool.Get().(*[]byte); got != nil {
+	if pooledFor(srv, len(body2)) != nil {
 		t.Fatal("the second body was reused while the decode cache kept it")
 	}
 	_ = b2
-	// readBuffer: a pooled buffer of at least n and at most 2n bytes, else none.
-	for _, c := range []struct {
-		pooled, n int
-		fits      bool
-	}{{64 << 10, 40 << 10, true}, {64 << 10, 64 << 10, true}, {64 << 10, 80 << 10, false}, {256 << 10, 100 << 10, false}, {64 << 10, 1 << 10, false}} {
-		buf := make([]byte, 0, c.pooled)
-		srv.bodyPool.Put(&buf)
-		got := srv.readBuffer(int64(c.n))
-		if (got != nil) != c.fits {
-			t.Errorf("a pooled buffer of %d bytes for a body of %d: taken %v, want %v", c.pooled, c.n, got != nil, c.fits)
+}
+
+// pooledFor takes from srv's pool the buffer a body of n bytes would be given, nil if none
+// is kept.
+func pooledFor(srv *Server, n int) []byte {
+	k := 0
+	for classCap(k) < n {
+		k++
+	}
+	if p, _ := srv.bodies.classes[k].Get().(*[]byte); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// TestBufferPoolClasses: a body gets a buffer that holds it and is at most a quarter larger;
+// a buffer given back is given again for a body of its class and never for a larger one.
+func TestBufferPoolClasses(t *testing.T) {
+	if classCap(numClasses-1) != maxPooledBody || classCap(0) != minPooledRead {
+		t.Fatalf("classes span %d-%d, want %d-%d", classCap(0), classCap(numClasses-1), minPooledRead, maxPooledBody)
+	}
+	var p bufferPool
+	for _, n := range []int{0, 1 << 10, minPooledRead - 1, minPooledRead, minPooledRead + 1, 100 << 10, 400<<10 + 7, 5 << 20, maxPooledBody, maxPooledBody + 1} {
+		b := p.get(n)
+		pooled := n >= minPooledRead && n <= maxPooledBody
+		if len(b) != 0 || cap(b) < n || pooled && cap(b) > n+n/4 || !pooled && cap(b) != n {
+			t.Errorf("get(%d): len %d cap %d", n, len(b), cap(b))
+			continue
 		}
-		_, _ = srv.bodyPool.Get().(*[]byte) // empty it
+		if !pooled || soakRace { // sync.Pool drops a random share under the race detector
+			continue
+		}
+		p.put(b[:1])
+		if c := p.get(cap(b) + 1); cap(c) > 0 && &c[:1][0] == &b[:1][0] {
+			t.Errorf("a buffer of %d bytes was given for a body of %d", cap(b), cap(b)+1)
+		}
+		if c := p.get(n); &c[:1][0] != &b[:1][0] {
+			t.Errorf("get(%d): the buffer given back was not reused", n)
+		}
+	}
+	if soakRace {
+		return
+	}
+	// A buffer between two classes (one append grew) is kept in the smaller.
+	odd := make([]byte, 1, 45<<10)
+	p.put(odd)
+	if c := p.get(46 << 10); &c[:1][0] == &odd[0] {
+		t.Error("a buffer of 45 KiB was given for a body of 46 KiB")
+	}
+	if c := p.get(40 << 10); &c[:1][0] != &odd[0] {
+		t.Error("a buffer of 45 KiB was not given for a body of 40 KiB")
+	}
+}
+
+// TestBufferPoolGrowingConversation: the bodies of a conversation grow by a turn each; the
+// proxy holds two at a time (the decode cache keeps the last one while the next is read).
+// A new buffer is made only when the bodies outgrow a class, not for most bodies (79% of
+// them were read into a new buffer when one pool mixed all sizes).
+func TestBufferPoolGrowingConversation(t *testing.T) {
+	if soakRace {
+		t.Skip("sync.Pool drops a random share of what it is given under the race detector")
+	}
+	var p bufferPool
+	seen := map[*byte]bool{}
+	var prev []byte
+	const steps = 200
+	classes := map[int]bool{}
+	for i := 0; i < steps; i++ {
+		n := 400<<10 + i*9<<10
+		b := p.get(n)[:n]
+		seen[&b[0]] = true
+		classes[cap(b)] = true
+		if prev != nil {
+			p.put(prev)
+		}
+		prev = b
+	}
+	if made := len(seen); made > 2*len(classes) {
+		t.Fatalf("%d buffers made for %d bodies in %d classes", made, steps, len(classes))
 	}
 }
 

@@ -244,17 +244,17 @@ func (x *exchange) readChatBody() ([]byte, error) {
 	s, r := x.s, x.r
 	n := r.ContentLength
 	if !s.cutsThrough(n) {
-		body, err := readBody(x.w, r, s.cfg.MaxBodyBytes, s.readBuffer(n), nil)
+		var buf []byte
+		if n > 0 && n <= s.cfg.MaxBodyBytes {
+			buf = s.bodies.get(int(n))
+		}
+		body, err := readBody(x.w, r, s.cfg.MaxBodyBytes, buf, nil)
 		if err == nil {
 			x.keepBody(body)
 		}
 		return body, err
 	}
-	buf := s.readBuffer(n)
-	if buf == nil {
-		buf = make([]byte, 0, n+n/8)
-	}
-	sb := &sentBody{buf: buf[:n], pool: &s.bodyPool}
+	sb := &sentBody{buf: s.bodies.get(int(n))[:n], pool: &s.bodies}
 	sb.refs.Store(1)
 	tried := false
 	body, err := readBody(x.w, r, s.cfg.MaxBodyBytes, sb.buf[:0], func(got int) {

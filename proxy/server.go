@@ -50,8 +50,8 @@ type Server struct {
 	lru      *list.List
 
 	decodes *decodeCache
-	// bodyPool keeps the buffers forwarded bodies are encoded into (bodies.go).
-	bodyPool sync.Pool
+	// bodies keeps the buffers bodies are read and encoded into (bodies.go).
+	bodies   bufferPool
 	flushers *flushers
 
 	closed atomic.Bool
@@ -506,8 +506,8 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 
 // readBody reads a request body of at most limit bytes, into buf if it has room. A declared
 // Content-Length sizes the buffer once (io.ReadAll would grow it by doubling: twice the bytes
-// allocated and copied for the megabyte bodies of long conversations), with an eighth more
-// room: the buffer is reused (bodies.go) for later bodies of the conversation, each longer.
+// allocated and copied for the megabyte bodies of long conversations); the proxy passes a
+// pooled buffer (bodies.go).
 // progress, if not nil, is told how many bytes of such a body have been read, as they arrive
 // (cutthrough.go).
 func readBody(w http.ResponseWriter, r *http.Request, limit int64, buf []byte, progress func(n int)) ([]byte, error) {
@@ -516,7 +516,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64, buf []byte, p
 		if int64(cap(buf)) >= n {
 			buf = buf[:n]
 		} else {
-			buf = make([]byte, n, n+n/8)
+			buf = make([]byte, n)
 		}
 		for got := 0; got < len(buf); {
 			m, err := rd.Read(buf[got:])
@@ -1037,7 +1037,7 @@ func (x *exchange) relayJSON(ctx context.Context, resp *http.Response) {
 		writeError(x.w, x.format, http.StatusBadGateway, "api_error", "reading the upstream answer: "+err.Error())
 		return
 	}
-	x.observeUsage(usageOf(x.format, data))
+	answer := data // the upstream's last answer, as it sent it
 	for round := 0; x.readTool; round++ {
 		asst, calls, mixed, ok := findReads(x.format, data)
 		if !ok || len(calls) == 0 {
@@ -1047,6 +1047,8 @@ func (x *exchange) relayJSON(ctx context.Context, resp *http.Response) {
 			data = stripReads(x.format, data)
 			break
 		}
+		x.observeUsage(usageOf(x.format, answer)) // before the follow-up is counted
+		answer = nil
 		next, err := x.followUp(ctx, asst, calls)
 		if err != nil {
 			data = stripReads(x.format, data)
@@ -1063,12 +1065,22 @@ func (x *exchange) relayJSON(ctx context.Context, resp *http.Response) {
 			data = stripReads(x.format, data)
 			break
 		}
-		resp, data = r2, d2
-		x.observeUsage(usageOf(x.format, data))
+		resp, data, answer = r2, d2, d2
 	}
+	// The answer's length, and a flush, end the response on the wire: the client has it
+	// before the proxy's own work after it (reading the usage, the handler's log line and
+	// releases), which otherwise delayed it (net/http ends a response when its handler
+	// returns).
 	copyResponseHeaders(x.w.Header(), resp.Header)
+	if resp.StatusCode != http.StatusNoContent {
+		x.w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+	}
 	x.w.WriteHeader(resp.StatusCode)
 	_, _ = x.w.Write(data)
+	flush(x.w)
+	if answer != nil {
+		x.observeUsage(usageOf(x.format, answer))
+	}
 }
 
 // followUp builds the request that answers ctxmgr_read calls: the request sent, the

@@ -2,8 +2,12 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -581,5 +585,44 @@ func TestDecodeCacheCodexMetadata(t *testing.T) {
 	}
 	if n := c.lru.Len(); n != 1 {
 		t.Fatalf("the cache holds %d bodies of one conversation; want 1", n)
+	}
+}
+
+// heldLog holds the handler's "proxy request" line, the last thing a handler does, until
+// released.
+type heldLog struct{ release chan struct{} }
+
+func (h heldLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h heldLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h heldLog) WithGroup(string) slog.Handler            { return h }
+func (h heldLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "proxy request" {
+		<-h.release
+	}
+	return nil
+}
+
+// TestAnswerEndsBeforeHandler: the client has the whole answer of a managed request, with
+// its length, while the handler's own work after it (its log line) is still to do.
+func TestAnswerEndsBeforeHandler(t *testing.T) {
+	h := heldLog{release: make(chan struct{})}
+	e := newEnv(t, fakeupstream.Options{}, Config{Logger: slog.New(h)})
+	defer close(h.release)
+	body := `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"hello"},{"role":"user","content":"again"}]}`
+	client := &http.Client{Timeout: 3 * time.Second}
+	resp, err := client.Post(e.px.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("the answer did not end before the handler: %v", err)
+	}
+	if resp.StatusCode != 200 || resp.ContentLength != int64(len(got)) || !json.Valid(got) {
+		t.Fatalf("status %d, length %d for %d bytes: %s", resp.StatusCode, resp.ContentLength, len(got), got)
+	}
+	if n := counterValue(e.srv.metrics.unmanaged.WithLabelValues(ReasonSingleMessage)); n != 0 {
+		t.Fatal("the request was not managed: the test proves nothing")
 	}
 }
