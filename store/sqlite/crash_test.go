@@ -128,7 +128,13 @@ func TestCrashWriteBehind(t *testing.T) {
 			}
 			acked <- last
 		}()
-		<-started // the kill must find the writer appending
+		select { // the kill must find the writer appending
+		case <-started:
+		case <-time.After(time.Minute):
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait() // stderr is complete
+			t.Fatalf("round %d: the writer appended nothing in a minute; stderr: %s", round, stderr.String())
+		}
 		var s *sqlite.Store
 		if round%2 == 1 {
 			s = open(t, path, sqlite.Options{Logger: slog.New(slog.DiscardHandler)})
