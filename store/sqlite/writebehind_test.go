@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -261,6 +262,36 @@ func TestWriteBehindSettles(t *testing.T) {
 		t.Fatalf("the journal holds %d bytes after a call settled it", n)
 	}
 	wantHistory(t, s, "a", 3)
+}
+
+// TestWriteBehindSettleWakesApplier: a call that settles has the journal applied at once,
+// whatever the applier was doing. On one P an Append's wake-up of the applier and the
+// settling call's are both pending when the applier first runs; it took either at random,
+// and when it took the settling call's it went on to wait WriteBehind (here an hour: the
+// store/sqlite package once hung for its 10-minute timeout so) for a wake-up already
+// consumed.
+func TestWriteBehindSettleWakesApplier(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	ctx := context.Background()
+	for round := range 24 { // the old applier passed a round with probability 1/2
+		s := open(t, filepath.Join(t.TempDir(), "ctxmgr.db"), writeBehind(io.Discard))
+		if err := s.Append(ctx, "a", 0, msgs(0, 2)); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { _, err := s.Sessions(ctx); done <- err }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			// A second settling call wakes the applier again, so that the store can close.
+			go func() { _, _ = s.Sessions(ctx) }()
+			<-done
+			t.Fatalf("round %d: Sessions still waited for the journal to be applied after 5 s", round)
+		}
+	}
 }
 
 // TestWriteBehindNeedsRelaxed: the journal's durability is Relaxed's, so it is refused

@@ -290,6 +290,12 @@ func (j *journal) settle() error {
 
 // run is the applier: it applies the pending records WriteBehind after the first of them
 // (at once when a call settles), until close.
+//
+// An Append's kick and a settling call's urgent can both be pending when run looks, and a
+// select takes either: when urgent is taken it applies at once. (It once waited WriteBehind
+// then, for an urgent already consumed: a settling call waits for its wake-up without
+// sending another, so each such call waited WriteBehind, and forever in tests that set it
+// to an hour.)
 func (j *journal) run() {
 	defer close(j.done)
 	for {
@@ -303,15 +309,15 @@ func (j *journal) run() {
 			}
 			return
 		case <-j.kick:
+			t := time.NewTimer(j.delay)
+			select {
+			case <-t.C:
+			case <-j.urgent:
+			case <-j.stop:
+			}
+			t.Stop()
 		case <-j.urgent:
 		}
-		t := time.NewTimer(j.delay)
-		select {
-		case <-t.C:
-		case <-j.urgent:
-		case <-j.stop:
-		}
-		t.Stop()
 		j.flush(false)
 	}
 }
