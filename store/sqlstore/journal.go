@@ -219,9 +219,7 @@ func (j *journal) count(ctx context.Context, session string) (int, error) {
 	if n, ok := j.next[session]; ok {
 		return n.n, nil
 	}
-	var n int
-	err := j.s.r.QueryRowContext(ctx, j.s.q.count, session).Scan(&n)
-	return n, err
+	return j.s.count(ctx, session)
 }
 
 // append is Store.Append with write-behind.
