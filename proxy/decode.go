@@ -67,8 +67,13 @@ type decoded struct {
 	// nil if it was not (or not yet): the prediction of cutthrough.go.
 	forwardedTo atomic.Pointer[string]
 	// extended: a later body continued every message of this one, and appended its hashes
-	// to the array of hashes in place (see wire.Layout; only one continuation may).
+	// to the array of hashes in place (see wire.Layout; only one continuation may), or
+	// this entry was given up to a later body (giveUp), which wrote its hashes over this
+	// one's from where the two differ.
 	extended atomic.Bool
+	// hbase: the first hbase hashes of the array may be read by other entries (this one's
+	// ancestors, whose array it extended in place); the rest is this entry's own.
+	hbase int
 }
 
 type decodeCache struct {
@@ -161,9 +166,11 @@ func (c *decodeCache) decode(f Format, body []byte, src *sentBody) (*chat.Reques
 	var lay *wire.Layout
 	var req *chat.Request
 	var err error
+	gaveUp := false
 	if prev != nil {
 		req, lay, err = wire.DecodeNextOwned(f, body, prev.lay, func(reused, dropped int) bool {
-			return c.giveUp(prev, body, reused, dropped)
+			gaveUp = c.giveUp(prev, body, reused, dropped)
+			return gaveUp
 		})
 		prev.users.Add(-1)
 	} else {
@@ -174,6 +181,7 @@ func (c *decodeCache) decode(f Format, body []byte, src *sentBody) (*chat.Reques
 	}
 	out := *req // callers replace fields (tools); the cached request stays as decoded
 	var hashes []nhash
+	hbase := 0
 	first := -1
 	// The breakpoints of a shared prefix are the previous body's; the messages after it are
 	// searched (one that moved its breakpoint is among them: it changed).
@@ -188,9 +196,14 @@ func (c *decodeCache) decode(f Format, body []byte, src *sentBody) (*chat.Reques
 		} else {
 			first = firstCommand(req.Messages, n)
 		}
-		if n == len(prev.hashes) && prev.extended.CompareAndSwap(false, true) {
-			hashes = prev.hashes
-		} else {
+		switch {
+		case n == len(prev.hashes) && prev.extended.CompareAndSwap(false, true):
+			hashes, hbase = prev.hashes, n // prev reads them on
+		case gaveUp && n >= prev.hbase && n < len(prev.hashes) && prev.extended.CompareAndSwap(false, true):
+			// No one reads prev any more (giveUp): its hashes from n on are overwritten,
+			// those before prev.hbase are its ancestors', never written.
+			hashes, hbase = prev.hashes[:n], prev.hbase
+		default:
 			hashes = make([]nhash, n, len(req.Messages))
 			copy(hashes, prev.hashes[:n])
 		}
@@ -216,7 +229,7 @@ func (c *decodeCache) decode(f Format, body []byte, src *sentBody) (*chat.Reques
 		if prev != nil && continues(prev, lay, body, len(req.Messages)) {
 			replaced = prev
 		}
-		entry = &decoded{head: head, lay: lay, hashes: hashes, firstCmd: first, bps: bps, src: src}
+		entry = &decoded{head: head, lay: lay, hashes: hashes, hbase: hbase, firstCmd: first, bps: bps, src: src}
 		entry.users.Store(1) // the exchange's, until it calls done
 		c.store(entry, replaced)
 	}

@@ -48,11 +48,12 @@ type Layout struct {
 	// ends and count in place (nothing reads past their lengths), so a growing conversation
 	// costs what its new messages cost; any other continuation copies, but the one a caller
 	// gives this layout up to (DecodeNextOwned), which may overwrite the messages from
-	// base on.
+	// base on, and the wire messages' ends and counts from ebase on.
 	extended atomic.Bool
 	// base: the first base messages of req.Messages's array may be read by other layouts
 	// (this one's ancestors, which it extended in place); the rest is this layout's own.
-	base int
+	// ebase is the same for the arrays ends, count and closed (counted in wire messages).
+	base, ebase int
 }
 
 // Reused returns how many leading messages of the request were taken as they were from the
@@ -188,9 +189,10 @@ func DecodeNext(f Format, body []byte, prev *Layout) (*chat.Request, *Layout, er
 // once, never for a body decoded whole). If it returns true, the caller guarantees that
 // nothing reads prev, nor its request, ever again (a cache replacing prev with the result,
 // no one else holding either), and the messages of prev's request that the body changed are
-// overwritten in place rather than every kept message copied: Claude Code moves its
-// cache_control breakpoint off the previous last message on every request, which made every
-// request copy the whole decoded history. Messages other layouts may still read (those prev
+// overwritten in place rather than every kept message copied (and so are the offsets and
+// counts of its wire messages): Claude Code moves its cache_control breakpoint off the
+// previous last message on every request, which made every request copy the whole decoded
+// history. Messages other layouts may still read (those prev
 // shares with the layout it extended) are never overwritten. A nil own gives nothing up
 // (DecodeNext).
 func DecodeNextOwned(f Format, body []byte, prev *Layout, own func(reused, dropped int) bool) (*chat.Request, *Layout, error) {
@@ -292,11 +294,16 @@ func decodeNext(f Format, body []byte, prev *Layout, own func(reused, dropped in
 	switch {
 	case k == len(prev.ends) && reused == len(prev.req.Messages) && prev.extended.CompareAndSwap(false, true):
 		msgs, l.ends, l.count, l.closed = prev.req.Messages, append(prev.ends, ends...), prev.count, prev.closed
-		l.base = reused // prev reads them on
-	case own != nil && reused >= prev.base && reused < len(prev.req.Messages) && own(reused, l.dropped) && prev.extended.CompareAndSwap(false, true):
-		// prev is given up: its messages from reused on are overwritten (append writes over
-		// them); those before prev.base are its ancestors', never written.
+		l.base, l.ebase = reused, k // prev reads them on
+	case own != nil && reused >= prev.base && reused < len(prev.req.Messages) && k >= prev.ebase && own(reused, l.dropped) && prev.extended.CompareAndSwap(false, true):
+		// prev is given up: its messages from reused on, and its wire messages' ends and
+		// counts from k on, are overwritten (append writes over them); those before
+		// prev.base and prev.ebase are its ancestors', never written.
 		msgs, l.base = prev.req.Messages[:reused], prev.base
+		l.ends, l.count, l.ebase = append(prev.ends[:k], ends...), prev.count[:k], prev.ebase
+		if f == Responses {
+			l.closed = prev.closed[:k]
+		}
 	default:
 		msgs = make([]chat.Message, reused, reused+len(raws)+1)
 		copy(msgs, prev.req.Messages[:reused])

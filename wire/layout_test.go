@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -282,9 +283,9 @@ func TestDecodeNextOwned(t *testing.T) {
 	// breakpoint moved), one message added. The array grows by doubling, as append's does:
 	// most steps write in place.
 	_, lay := decode(3, nil)
-	inPlace := 0
+	inPlace, endsInPlace := 0, 0
 	for n := 4; n <= 40; n++ {
-		prev := lay.Request().Messages
+		prev, prevEnds, prevCount := lay.Request().Messages, lay.ends, lay.count
 		var got *chat.Request
 		got, lay = decode(n, lay)
 		if lay.Reused() != n-2 || lay.Dropped() != 1 {
@@ -295,9 +296,15 @@ func TestDecodeNextOwned(t *testing.T) {
 		} else if cap(prev) >= n {
 			t.Fatalf("%d messages: copied, though the previous array had room", n)
 		}
+		// The offsets and counts of the wire messages too (they were copied every request).
+		if &lay.ends[0] == &prevEnds[0] && &lay.count[0] == &prevCount[0] {
+			endsInPlace++
+		} else if cap(prevEnds) >= n && cap(prevCount) >= n {
+			t.Fatalf("%d messages: ends and counts copied, though the previous arrays had room", n)
+		}
 	}
-	if inPlace < 30 {
-		t.Fatalf("%d of 37 steps in place: want most", inPlace)
+	if inPlace < 30 || endsInPlace < 30 {
+		t.Fatalf("%d of 37 steps in place, %d for ends and counts: want most", inPlace, endsInPlace)
 	}
 	_, l1 := decode(3, nil)
 	_, l2 := decode(5, l1)
@@ -321,6 +328,7 @@ func TestDecodeNextOwned(t *testing.T) {
 		_, l1, _ := DecodeLayout(Anthropic, body(3))
 		_, l2, _ := DecodeNextOwned(Anthropic, body(5), l1, yes)
 		_, l3, _ := DecodeNextOwned(Anthropic, keep, l2, yes)
+		ends2, count2 := slices.Clone(l2.ends), slices.Clone(l2.count)
 		want, _ := Decode(Anthropic, next)
 		got, l4, err := DecodeNextOwned(Anthropic, next, l3, yes)
 		if err != nil || !reflect.DeepEqual(want, got) {
@@ -328,6 +336,9 @@ func TestDecodeNextOwned(t *testing.T) {
 		}
 		if !reflect.DeepEqual(want2, l2.Request()) {
 			t.Fatalf("case %d: a layout another extended in place lost its request", i)
+		}
+		if !slices.Equal(ends2, l2.ends) || !slices.Equal(count2, l2.count) {
+			t.Fatalf("case %d: a layout another extended in place lost its messages' ends or counts", i)
 		}
 		if inPlace := &got.Messages[0] == &l3.Request().Messages[0]; inPlace && i > 0 || l4.Reused() == 0 {
 			t.Fatalf("case %d: in place %v, reused %d", i, inPlace, l4.Reused())
