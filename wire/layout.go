@@ -192,9 +192,8 @@ func DecodeNext(f Format, body []byte, prev *Layout) (*chat.Request, *Layout, er
 // overwritten in place rather than every kept message copied (and so are the offsets and
 // counts of its wire messages): Claude Code moves its cache_control breakpoint off the
 // previous last message on every request, which made every request copy the whole decoded
-// history. Messages other layouts may still read (those prev
-// shares with the layout it extended) are never overwritten. A nil own gives nothing up
-// (DecodeNext).
+// history. Messages other layouts may still read (those prev shares with the layout it
+// extended) are never overwritten. A nil own gives nothing up (DecodeNext).
 func DecodeNextOwned(f Format, body []byte, prev *Layout, own func(reused, dropped int) bool) (*chat.Request, *Layout, error) {
 	if prev == nil || prev.format != f || (f != OpenAI && f != Anthropic && f != Responses) {
 		return DecodeLayout(f, body)
