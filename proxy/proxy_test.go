@@ -386,6 +386,78 @@ func TestBranch(t *testing.T) {
 	checkRecords(t, e.fake.Records(), 200000)
 }
 
+// TestReplayedHistoryContinuesItsBranch: an agent run replayed under the same session key
+// (a deterministic harness running a task again) sends, request after request, a history that
+// is a prefix of the stored one, each longer than the last. Each was a rewind whose branch id
+// names the whole history sent, so every request opened a new branch and stored the history
+// again: the replay of n requests stored O(n^2) messages. It now goes on in the branch its
+// first request opened, and once it goes past what the first run sent, on in that branch too.
+func TestReplayedHistoryContinuesItsBranch(t *testing.T) {
+	e := newEnv(t, fakeupstream.Options{}, Config{})
+	ctx := ctxT(t)
+	const n = 12
+	out := bigOutput(400)
+	// body is request k: user messages 0..k, each earlier one answered by a tool call, its
+	// result and an answer; the user messages from other on say something else.
+	body := func(k, other int) string {
+		var b strings.Builder
+		b.WriteString(`{"model":"gpt-4o","tools":[{"type":"function","function":{"name":"run","parameters":{"type":"object"}}}],"messages":[{"role":"system","content":"You are a replayed agent."}`)
+		for i := 0; i <= k; i++ {
+			u := fmt.Sprintf("step %d", i)
+			if i >= other {
+				u = fmt.Sprintf("another step %d", i)
+			}
+			fmt.Fprintf(&b, `,{"role":"user","content":%s}`, jsonString(u))
+			if i < k {
+				fmt.Fprintf(&b, `,{"role":"assistant","tool_calls":[{"id":"c%d","type":"function","function":{"name":"run","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c%d","content":%s},{"role":"assistant","content":"done %d"}`, i, i, jsonString(out(i, 0)), i)
+			}
+		}
+		b.WriteString(`]}`)
+		return b.String()
+	}
+	send := func(k, other int) {
+		t.Helper()
+		if status, _, answer := postRaw(t, e.px.URL, "/v1/chat/completions", body(k, other), SessionHeader, "replay"); status != 200 {
+			t.Fatalf("request %d: %d %s", k, status, answer)
+		}
+	}
+	stored := func() (sessions, msgs int) {
+		t.Helper()
+		infos, err := e.store.Sessions(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range infos {
+			m, _ := e.store.Messages(ctx, s.ID, 0, -1)
+			msgs += len(m)
+		}
+		return len(infos), msgs
+	}
+	for k := 0; k < n; k++ {
+		send(k, n+1)
+	}
+	_, first := stored()
+	for k := 0; k < n-1; k++ { // the replay: each body a prefix of the stored history
+		send(k, n+1)
+	}
+	sessions, all := stored()
+	if sessions != 2 || all > 2*first {
+		t.Fatalf("the replay of %d requests made %d sessions holding %d messages (the first run %d): a branch per request", n-1, sessions, all, first)
+	}
+	if v := counterValue(e.srv.metrics.branches); v != 1 {
+		t.Fatalf("%v branches, want 1", v)
+	}
+	// The replay goes another way than the first run: on in its branch.
+	send(n-1, n-1)
+	sessions, all = stored()
+	send(n, n-1)
+	send(n+1, n-1)
+	if s2, all2 := stored(); s2 != 2 || all2 > all+12 {
+		t.Fatalf("after the replay diverged: %d sessions holding %d messages, then %d holding %d", sessions, all, s2, all2)
+	}
+	checkRecords(t, e.fake.Records(), 200000)
+}
+
 // TestRestart: a new Server over the same store continues the session: the request after the
 // restart starts exactly like the one before it (same summary, same kept messages).
 func TestRestart(t *testing.T) {

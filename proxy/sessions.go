@@ -229,6 +229,9 @@ type psession struct {
 	readTool bool
 	// created: the last load found no history (a new session, or a new branch).
 	created bool
+	// branchedTo is the id of the branch the last request that diverged from this session's
+	// history after its first message went to (openSession), nil if none.
+	branchedTo atomic.Pointer[string]
 	// enc is the last body encoded for the session (server.go, encodeBody), for OpenAI; blocks
 	// the encodings of its messages, for Anthropic and Responses (wire.EncodeCache).
 	enc    atomic.Pointer[encoded]
@@ -529,7 +532,9 @@ func sessionKey(header string, req *chat.Request, msgs []chat.Message) (id, sour
 //     key (a side request a client makes for itself, a new chat): it gets a session of its own,
 //     conversationID, and is not counted as a branch, so the main conversation stays whole;
 //   - a history that shares a prefix but then differs is an edit or a rewind: a branch,
-//     branchID, counted in ctxmgr_branches_total.
+//     branchID, counted in ctxmgr_branches_total. The branch the last such request went to
+//     is tried first (continueBranch): a replayed history names a new branch with every
+//     request.
 func (s *Server) openSession(ctx context.Context, base string, m *managed, key managerKey, req *chat.Request, msgs []chat.Message, hashes []nhash) (*psession, bool, error) {
 	id := base
 	branched := false
@@ -558,9 +563,40 @@ func (s *Server) openSession(ctx context.Context, base string, m *managed, key m
 			}
 		}
 		branched = true
-		id = branchID(id, hashes, k)
+		if last := ps.branchedTo.Load(); last != nil && *last != id {
+			bp, ok, err := s.continueBranch(ctx, *last, m, key, req, msgs, hashes)
+			if err != nil || ok {
+				return bp, ok, err
+			}
+		}
+		next := branchID(id, hashes, k)
+		ps.branchedTo.Store(&next)
+		id = next
 	}
 	return nil, false, fmt.Errorf("proxy: session %q: too many branches", base)
+}
+
+// continueBranch syncs the session id, where the last request that branched off the one
+// being opened went, if its history is a prefix of the incoming one, and returns it locked
+// (ok). A rewound history that is then sent again as it was (an agent run replayed under
+// the same key: every request a prefix of the stored history, each longer than the last) is
+// named by a branch id that changes with every request, so each opened a new branch and
+// stored and counted the whole history again (14.5 ms a request instead of 1 at 100K
+// tokens, and a copy of the history stored per request); it goes on in its branch instead.
+// The branch is remembered in memory only: after a restart the first such request opens
+// one by its id, as before.
+func (s *Server) continueBranch(ctx context.Context, id string, m *managed, key managerKey, req *chat.Request, msgs []chat.Message, hashes []nhash) (*psession, bool, error) {
+	ps := s.acquire(id)
+	err := s.sync(ctx, ps, m, key, req.System, req.Tools, msgs, hashes)
+	if err == nil {
+		ps.created = false
+		return ps, true, nil
+	}
+	ps.mu.Unlock()
+	if errors.Is(err, errBranch) {
+		return nil, false, nil
+	}
+	return nil, false, err
 }
 
 // conversationID names the session of a conversation under key base whose first message is
