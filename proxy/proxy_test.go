@@ -391,7 +391,7 @@ func TestBranch(t *testing.T) {
 // is a prefix of the stored one, each longer than the last. Each was a rewind whose branch id
 // names the whole history sent, so every request opened a new branch and stored the history
 // again: the replay of n requests stored O(n^2) messages. It now goes on in the branch its
-// first request opened, and once it goes past what the first run sent, on in that branch too.
+// first request opened, and once it departs from the first run, on in that branch too.
 func TestReplayedHistoryContinuesItsBranch(t *testing.T) {
 	e := newEnv(t, fakeupstream.Options{}, Config{})
 	ctx := ctxT(t)

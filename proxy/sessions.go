@@ -542,11 +542,7 @@ func (s *Server) openSession(ctx context.Context, base string, m *managed, key m
 		ps := s.acquire(id)
 		err := s.sync(ctx, ps, m, key, req.System, req.Tools, msgs, hashes)
 		if err == nil {
-			if branched && ps.created {
-				s.metrics.branches.Inc() // a new branch, not a later request of one
-			}
-			ps.created = false
-			return ps, branched, nil
+			return s.opened(ps, branched), branched, nil
 		}
 		k := 0
 		if errors.Is(err, errBranch) {
@@ -576,6 +572,16 @@ func (s *Server) openSession(ctx context.Context, base string, m *managed, key m
 	return nil, false, fmt.Errorf("proxy: session %q: too many branches", base)
 }
 
+// opened returns ps, synced and locked, as the session of the request; branched: it is not
+// the key's own.
+func (s *Server) opened(ps *psession, branched bool) *psession {
+	if branched && ps.created {
+		s.metrics.branches.Inc() // a new branch, not a later request of one
+	}
+	ps.created = false
+	return ps
+}
+
 // continueBranch syncs the session id, where the last request that branched off the one
 // being opened went, if its history is a prefix of the incoming one, and returns it locked
 // (ok). A rewound history that is then sent again as it was (an agent run replayed under
@@ -589,8 +595,7 @@ func (s *Server) continueBranch(ctx context.Context, id string, m *managed, key 
 	ps := s.acquire(id)
 	err := s.sync(ctx, ps, m, key, req.System, req.Tools, msgs, hashes)
 	if err == nil {
-		ps.created = false
-		return ps, true, nil
+		return s.opened(ps, true), true, nil
 	}
 	ps.mu.Unlock()
 	if errors.Is(err, errBranch) {
