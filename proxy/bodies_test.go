@@ -8,11 +8,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/ctxmgr/ctxmgr/wire"
 
 	"github.com/ctxmgr/ctxmgr/store"
 )
@@ -73,7 +76,7 @@ func TestReceivedBodyHeldByDecodeCache(t *testing.T) {
 		x := &exchange{s: srv}
 		b := append(srv.bodies.get(len(body)), body...)
 		x.keepBody(b)
-		if _, _, err := srv.decodes.decode(FormatOpenAI, b, x.bodyOf(b)); err != nil {
+		if _, _, err := srv.decodes.decode(FormatOpenAI, b, x.bodyOf(b), nil); err != nil {
 			t.Fatal(err)
 		}
 		return x, b
@@ -100,6 +103,61 @@ func TestReceivedBodyHeldByDecodeCache(t *testing.T) {
 		t.Fatal("the second body was reused while the decode cache kept it")
 	}
 	_ = b2
+}
+
+// TestExpectedBodyHeld: the body a body being read is compared with (predict) stays out of
+// the pool until the comparison is released, even once the cache has let it go; the
+// comparison made chunk by chunk finds what a comparison of the whole finds.
+func TestExpectedBodyHeld(t *testing.T) {
+	srv, err := New(Config{UpstreamOpenAI: "http://127.0.0.1:1", Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	conv := newBenchConversation(20000)
+	body1, body2 := conv.body(0), conv.body(1)
+	x1 := &exchange{s: srv}
+	b1 := append(srv.bodies.get(len(body1)), body1...)
+	x1.keepBody(b1)
+	if _, _, err := srv.decodes.decode(FormatOpenAI, b1, x1.bodyOf(b1), nil); err != nil {
+		t.Fatal(err)
+	}
+	x1.releaseBodies()
+	exp, _ := srv.decodes.predict(bodyHead(body2), len(body2))
+	if exp == nil || &exp.d.lay.Body()[0] != &b1[0] {
+		t.Fatal("the body read is not expected to continue the cached one")
+	}
+	for got := 0; got < len(body2); {
+		got = min(got+7001, len(body2))
+		exp.compare(body2[:got])
+	}
+	if want := wire.SharedPrefix(body2, body1); exp.shared != want || !exp.differs {
+		t.Fatalf("compared chunk by chunk: %d bytes shared (differs %v), want %d", exp.shared, exp.differs, want)
+	}
+	x2 := &exchange{s: srv}
+	b2 := append(srv.bodies.get(len(body2)), body2...)
+	x2.keepBody(b2)
+	req, _, err := srv.decodes.decode(FormatOpenAI, b2, x2.bodyOf(b2), exp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, _ := wire.Decode(wire.OpenAI, body2); !reflect.DeepEqual(req.Messages, want.Messages) {
+		t.Fatal("decoded from the shared bytes compared while reading, the messages differ from a whole decode")
+	}
+	if srv.decodes.continued.Load() != 1 {
+		t.Fatal("the second body did not continue the first: the test proves nothing")
+	}
+	if pooledFor(srv, len(body1)) != nil {
+		t.Fatal("the expected body was reused while a comparison held it")
+	}
+	exp.release()
+	defer x2.releaseBodies()
+	if soakRace {
+		return // sync.Pool drops a random share of what it is given under the race detector
+	}
+	if got := pooledFor(srv, len(body1)); got == nil || &got[:1][0] != &b1[0] {
+		t.Fatal("the expected body's buffer was not reused once the comparison let go")
+	}
 }
 
 // pooledFor takes from srv's pool the buffer a body of n bytes would be given, nil if none

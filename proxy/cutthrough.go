@@ -238,12 +238,19 @@ func (s *Server) cutsThrough(n int64) bool {
 	return s.cfg.CutThroughBytes >= 0 && n <= s.cfg.MaxBodyBytes && n >= int64(max(s.cfg.CutThroughBytes, headLen+1))
 }
 
-// readChatBody reads the client's body into a counted buffer (bodies.go), starting a
-// cut-through request (x.cut) when the conversation it continues was forwarded as it was.
+// comparedBytes is the size from which a body is compared with the one it is expected to
+// continue while it is read (decode.go, expected): below it, comparing after the last byte
+// costs a few microseconds.
+const comparedBytes = 32 << 10
+
+// readChatBody reads the client's body into a counted buffer (bodies.go). A large one is
+// compared, as it arrives, with the cached body it is expected to continue (x.exp), and goes
+// upstream as it arrives (a cut-through request, x.cut) when that conversation was forwarded
+// as it was.
 func (x *exchange) readChatBody() ([]byte, error) {
 	s, r := x.s, x.r
 	n := r.ContentLength
-	if !s.cutsThrough(n) {
+	if n <= headLen || n > s.cfg.MaxBodyBytes || n < comparedBytes && !s.cutsThrough(n) {
 		var buf []byte
 		if n > 0 && n <= s.cfg.MaxBodyBytes {
 			buf = s.bodies.get(int(n))
@@ -259,20 +266,29 @@ func (x *exchange) readChatBody() ([]byte, error) {
 	tried := false
 	body, err := readBody(x.w, r, s.cfg.MaxBodyBytes, sb.buf[:0], func(got int) {
 		switch {
-		case x.cut != nil:
-			x.cut.progress(got)
-		case !tried && got >= headLen:
+		case tried:
+			if x.cut != nil {
+				x.cut.progress(got)
+			}
+		case got < headLen:
+			return
+		default:
 			tried = true
-			if target := s.decodes.forwardedTo(bodyHead(sb.buf[:headLen]), int(n)); target != "" {
+			var target string
+			x.exp, target = s.decodes.predict(bodyHead(sb.buf[:headLen]), int(n))
+			if target != "" && s.cutsThrough(n) {
 				x.cut = x.startCutThrough(sb, got, target)
 			}
 		}
+		x.exp.compare(sb.buf[:got])
 	})
 	if err != nil {
 		if x.cut != nil {
 			x.endCut(x.cut)
 			x.cut = nil
 		}
+		x.exp.release()
+		x.exp = nil
 		sb.release()
 		return nil, err
 	}

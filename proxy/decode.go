@@ -38,6 +38,12 @@ import (
 // (wire.DecodeNextOwned, giveUp): each entry counts the decodes and the request being handled
 // that read it. Each entry also records where its body was forwarded as the client's bytes,
 // the prediction cut-through forwarding starts from (cutthrough.go).
+//
+// The comparison itself, a memcmp over the whole history, is made while a large body arrives
+// (readChatBody): once its first kilobyte names the candidates, it is compared chunk by chunk
+// with the one most recently used (predict, expected), and the decode resumes where that
+// comparison stopped (wire.DecodeNextShared) if lookup chose the same body. What is left after
+// the last byte is then what is new.
 
 // headLen is how much of a body's start names its candidates.
 const headLen = 1024
@@ -142,8 +148,9 @@ func (d *decoded) size() int {
 // decode decodes body in format f, reusing the cached conversation it continues, and returns
 // the request with what is derived from its messages. The request and the info share memory
 // with the cache: they must not be modified (replace fields of a copy instead). src, if not
-// nil, is the counted buffer body is in: the cache takes a reference to keep it.
-func (c *decodeCache) decode(f Format, body []byte, src *sentBody) (*chat.Request, decodeInfo, error) {
+// nil, is the counted buffer body is in: the cache takes a reference to keep it. exp, if
+// not nil, is what predict expected while the body was read, and compared.
+func (c *decodeCache) decode(f Format, body []byte, src *sentBody, exp *expected) (*chat.Request, decodeInfo, error) {
 	if c == nil || c.limit <= 0 {
 		req, err := wire.Decode(f, body)
 		if err != nil {
@@ -168,7 +175,11 @@ func (c *decodeCache) decode(f Format, body []byte, src *sentBody) (*chat.Reques
 	var err error
 	gaveUp := false
 	if prev != nil {
-		req, lay, err = wire.DecodeNextOwned(f, body, prev.lay, func(reused, dropped int) bool {
+		shared := 0
+		if exp != nil && exp.d == prev {
+			shared = exp.shared
+		}
+		req, lay, err = wire.DecodeNextShared(f, body, prev.lay, shared, func(reused, dropped int) bool {
 			gaveUp = c.giveUp(prev, body, reused, dropped)
 			return gaveUp
 		})
@@ -257,9 +268,9 @@ func (c *decodeCache) lookup(head [16]byte, body []byte) *decoded {
 			continue
 		}
 		if bestN < 0 {
-			bestN = sharedPrefix(best.lay.Body(), body)
+			bestN = wire.SharedPrefix(best.lay.Body(), body)
 		}
-		if n := sharedPrefix(d.lay.Body(), body); n > bestN {
+		if n := wire.SharedPrefix(d.lay.Body(), body); n > bestN {
 			best, bestN = d, n
 		}
 	}
@@ -275,25 +286,72 @@ func (c *decodeCache) lookup(head [16]byte, body []byte) *decoded {
 	return best
 }
 
-// forwardedTo returns where the most recent cached body under head that was forwarded as the
-// client's own bytes went, if it is not longer than n bytes (a conversation grows), or "".
-func (c *decodeCache) forwardedTo(head [16]byte, n int) string {
+// predict returns, for a body of n bytes under head being read, the cached body it is
+// expected to continue (the most recently used one under head, not longer than n: a
+// conversation grows), nil if none, and where the most recent such body that was forwarded
+// as the client's own bytes went ("" if none: the prediction of cutthrough.go). The caller
+// releases the expectation once the body is decoded.
+func (c *decodeCache) predict(head [16]byte, n int) (*expected, string) {
 	if c == nil || c.limit <= 0 {
-		return ""
+		return nil, ""
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var best *decoded
+	var last, fwd *decoded
 	var to *string
 	for _, d := range c.byHead[head] {
-		if t := d.forwardedTo.Load(); t != nil && len(d.lay.Body()) <= n && (best == nil || d.used > best.used) {
-			best, to = d, t
+		if len(d.lay.Body()) > n {
+			continue
+		}
+		if last == nil || d.used > last.used {
+			last = d
+		}
+		if t := d.forwardedTo.Load(); t != nil && (fwd == nil || d.used > fwd.used) {
+			fwd, to = d, t
 		}
 	}
-	if to == nil {
-		return ""
+	var e *expected
+	if last != nil {
+		if last.src != nil {
+			last.src.refs.Add(1) // its buffer is compared with the body until release
+		}
+		e = &expected{d: last}
 	}
-	return *to
+	if to == nil {
+		return e, ""
+	}
+	return e, *to
+}
+
+// expected is the cached body a body being read is expected to continue, and how much of the
+// two is known to be equal: compared as the body arrives (readChatBody), so that decoding it
+// resumes the comparison there (wire.DecodeNextShared) instead of comparing a megabyte of
+// history after the last byte.
+type expected struct {
+	d       *decoded
+	shared  int  // the body's first shared bytes equal d's
+	differs bool // and the next one differs
+}
+
+// compare extends shared over body, the part of the body read so far.
+func (e *expected) compare(body []byte) {
+	if e == nil || e.differs {
+		return
+	}
+	pb := e.d.lay.Body()
+	end := min(len(body), len(pb))
+	if e.shared >= end {
+		return
+	}
+	e.shared += wire.SharedPrefix(body[e.shared:end], pb[e.shared:end])
+	e.differs = e.shared < end
+}
+
+// release gives back the reference predict took.
+func (e *expected) release() {
+	if e != nil && e.d.src != nil {
+		e.d.src.release()
+	}
 }
 
 // giveUp is asked by DecodeNextOwned whether the body being decoded against prev, which keeps
@@ -321,20 +379,6 @@ func (d *decodeInfo) done() {
 	if d.entry != nil {
 		d.entry.users.Add(-1)
 	}
-}
-
-// sharedPrefix is the length of the common prefix of a and b.
-func sharedPrefix(a, b []byte) int {
-	n := min(len(a), len(b))
-	const chunk = 512
-	i := 0
-	for i+chunk <= n && string(a[i:i+chunk]) == string(b[i:i+chunk]) {
-		i += chunk
-	}
-	for i < n && a[i] == b[i] {
-		i++
-	}
-	return i
 }
 
 // store adds d, replacing the entry it continues (prev, if any).

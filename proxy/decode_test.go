@@ -55,7 +55,7 @@ func TestDecodeCacheOverwritesOnlyWhatNoOneReads(t *testing.T) {
 			var prevFirst any
 			var prevHashes []nhash
 			for i, b := range bodies {
-				req, info, err := c.decode(FormatAnthropic, b, nil)
+				req, info, err := c.decode(FormatAnthropic, b, nil, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -93,7 +93,7 @@ func TestDecodeCacheOverwritesOnlyWhatNoOneReads(t *testing.T) {
 				defer wg.Done()
 				var held []exchange
 				for i, b := range bodies {
-					req, info, err := c.decode(FormatAnthropic, b, nil)
+					req, info, err := c.decode(FormatAnthropic, b, nil, nil)
 					if err != nil {
 						t.Error(err)
 						return

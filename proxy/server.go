@@ -356,6 +356,9 @@ type exchange struct {
 	// cut is the upstream request started while the client's body was read (cutthrough.go),
 	// until the first send commits or aborts it.
 	cut *cutThrough
+	// exp is the cached body the client's was expected to continue, compared while it was
+	// read (decode.go), until it is decoded.
+	exp *expected
 }
 
 // startFlush writes the messages the request added to its session (deferred by
@@ -434,7 +437,9 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 		return
 	}
 	x.body = body // counted: its buffer is reused once no one reads it (bodies.go)
-	dec, di, derr := s.decodes.decode(format, body, x.bodyOf(body))
+	dec, di, derr := s.decodes.decode(format, body, x.bodyOf(body), x.exp)
+	x.exp.release()
+	x.exp = nil
 	defer di.done() // after every use of dec's messages: the deferred calls below run first
 	if derr == nil {
 		x.di = di

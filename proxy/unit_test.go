@@ -375,7 +375,7 @@ func TestDecodeKeepsFirstCommand(t *testing.T) {
 		}
 		msgs = append(msgs, map[string]any{"role": role, "content": text})
 		body, _ := json.Marshal(map[string]any{"model": "gpt-4o", "messages": msgs})
-		req, di, err := c.decode(FormatOpenAI, body, nil)
+		req, di, err := c.decode(FormatOpenAI, body, nil, nil)
 		first := di.firstCmd
 		if err != nil {
 			t.Fatal(err)
@@ -425,7 +425,7 @@ func TestDecodeKeepsBreakpoints(t *testing.T) {
 		}
 		body, _ := json.Marshal(map[string]any{"model": "claude-sonnet-4-5", "max_tokens": 1024, "system": system, "messages": msgs})
 		prev := c.lookup(bodyHead(body), body)
-		req, di, err := c.decode(FormatAnthropic, body, nil)
+		req, di, err := c.decode(FormatAnthropic, body, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -502,7 +502,20 @@ func TestDecodeCacheKeepsSiblings(t *testing.T) {
 					}
 				}
 				last[i] = b
-				req, _, err := c.decode(f, b, nil)
+				// Compared while read with the body predicted (the other session's, as often
+				// as not: then unused), in chunks.
+				exp, _ := c.predict(bodyHead(b), len(b))
+				for got := headLen; exp != nil; got += 97 {
+					exp.compare(b[:min(got, len(b))])
+					if got >= len(b) {
+						if want := wire.SharedPrefix(b, exp.d.lay.Body()); exp.shared != want {
+							t.Fatalf("compared while read: %d bytes shared, want %d", exp.shared, want)
+						}
+						break
+					}
+				}
+				req, _, err := c.decode(f, b, nil, exp)
+				exp.release()
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -526,7 +539,7 @@ func TestDecodeCacheKeepsSiblings(t *testing.T) {
 			// A fork of session 0: its third message edited. Both then go on.
 			fork := append(slices.Clone(convs[0][:2]), "Actually, fix pkg/b instead.")
 			b := body(f, systems[0], fork)
-			if _, _, err := c.decode(f, b, nil); err != nil {
+			if _, _, err := c.decode(f, b, nil, nil); err != nil {
 				t.Fatal(err)
 			}
 			had := len(convs[0])
@@ -543,7 +556,7 @@ func TestDecodeCacheKeepsSiblings(t *testing.T) {
 			// that moves two breakpoints) replaces it: the cache keeps no more bodies of it.
 			entries := c.lru.Len()
 			edited := append(slices.Clone(convs[1][:len(convs[1])-2]), "edited", "B: again")
-			if _, _, err := c.decode(f, body(f, systems[1], edited), nil); err != nil {
+			if _, _, err := c.decode(f, body(f, systems[1], edited), nil, nil); err != nil {
 				t.Fatal(err)
 			}
 			if n := c.lru.Len(); n != entries {
@@ -572,7 +585,7 @@ func TestDecodeCacheCodexMetadata(t *testing.T) {
 		if turn%2 == 1 {
 			body = fmt.Sprintf(`{"model":"gpt-5.1-codex","instructions":"You are Codex.","input":%s,"tools":[],"store":false,"stream":true,"client_metadata":{"thread_id":"th","turn_id":"t%d","x":"%d"}}`, input, turn, turn)
 		}
-		req, _, err := c.decode(FormatResponses, []byte(body), nil)
+		req, _, err := c.decode(FormatResponses, []byte(body), nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

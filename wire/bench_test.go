@@ -161,26 +161,43 @@ func BenchmarkDecodeNextAnthropic(b *testing.B) {
 			b.Fatalf("%d breakpoints in a body, want 1 (on its newest message)", n)
 		}
 	}
-	_, lay, err := DecodeLayout(Anthropic, bodies[0])
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.SetBytes(int64(len(bodies[100])))
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		next := bodies[1+i%100]
-		if i%100 == 0 && i > 0 {
-			b.StopTimer()
-			_, lay, _ = DecodeLayout(Anthropic, bodies[0])
-			b.StartTimer()
+	// compared-after: DecodeNext compares each body with the last; compared-while-read:
+	// DecodeNextShared is told what a proxy compared while the body arrived (computed here
+	// outside the timer), and resumes there.
+	for _, shared := range []bool{false, true} {
+		name := "compared-after"
+		if shared {
+			name = "compared-while-read"
 		}
-		_, l, err := DecodeNext(Anthropic, next, lay)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if l.Reused() == 0 {
-			b.Fatal("not decoded from where the bodies differ")
-		}
-		lay = l
+		b.Run(name, func(b *testing.B) {
+			_, lay, err := DecodeLayout(Anthropic, bodies[0])
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(bodies[100])))
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				next := bodies[1+i%100]
+				n := 0
+				if i%100 == 0 && i > 0 || shared {
+					b.StopTimer()
+					if i%100 == 0 && i > 0 {
+						_, lay, _ = DecodeLayout(Anthropic, bodies[0])
+					}
+					if shared {
+						n = SharedPrefix(next, lay.Body())
+					}
+					b.StartTimer()
+				}
+				_, l, err := DecodeNextShared(Anthropic, next, lay, n, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if l.Reused() == 0 {
+					b.Fatal("not decoded from where the bodies differ")
+				}
+				lay = l
+			}
+		})
 	}
 }

@@ -195,19 +195,34 @@ func DecodeNext(f Format, body []byte, prev *Layout) (*chat.Request, *Layout, er
 // history. Messages other layouts may still read (those prev shares with the layout it
 // extended) are never overwritten. A nil own gives nothing up (DecodeNext).
 func DecodeNextOwned(f Format, body []byte, prev *Layout, own func(reused, dropped int) bool) (*chat.Request, *Layout, error) {
+	return DecodeNextShared(f, body, prev, 0, own)
+}
+
+// DecodeNextShared is DecodeNextOwned for a caller that has already compared the first
+// shared bytes of body with prev.Body() and found them equal (a proxy compares a body with
+// the one it expects to continue while the body arrives): the comparison resumes there
+// instead of starting over, which at a megabyte of history is the largest cost left of a
+// decode. shared beyond either body's length, or with body starting with white space (which
+// Body does not keep), is ignored. A shared that overstates what the caller compared breaks
+// the result's equality with Decode's.
+func DecodeNextShared(f Format, body []byte, prev *Layout, shared int, own func(reused, dropped int) bool) (*chat.Request, *Layout, error) {
 	if prev == nil || prev.format != f || (f != OpenAI && f != Anthropic && f != Responses) {
 		return DecodeLayout(f, body)
 	}
-	req, l, ok := decodeNext(f, bytes.TrimSpace(body), prev, own)
+	trimmed := bytes.TrimSpace(body)
+	if shared < 0 || shared > min(len(trimmed), len(prev.body)) || len(trimmed) > 0 && &trimmed[0] != &body[0] {
+		shared = 0
+	}
+	req, l, ok := decodeNext(f, trimmed, prev, shared, own)
 	if !ok {
 		return DecodeLayout(f, body)
 	}
 	return req, l, nil
 }
 
-func decodeNext(f Format, body []byte, prev *Layout, own func(reused, dropped int) bool) (*chat.Request, *Layout, bool) {
+func decodeNext(f Format, body []byte, prev *Layout, shared int, own func(reused, dropped int) bool) (*chat.Request, *Layout, bool) {
 	pb := prev.body
-	common := commonPrefixLen(body, pb)
+	common := shared + SharedPrefix(body[shared:], pb[shared:])
 	if common <= prev.open {
 		return nil, nil, false
 	}
@@ -387,8 +402,8 @@ func topFields(f Format, body []byte, open, close int) (*chat.Request, bool) {
 	return r, true
 }
 
-// commonPrefixLen returns the length of the longest common prefix of a and b.
-func commonPrefixLen(a, b []byte) int {
+// SharedPrefix returns the length of the longest common prefix of a and b.
+func SharedPrefix(a, b []byte) int {
 	n := min(len(a), len(b))
 	// Compare in chunks, large ones first (bytes.Equal is vectorized, and a call per 256
 	// bytes of a 400 KB body was half the time of the comparison), then the chunk that

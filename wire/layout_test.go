@@ -238,6 +238,16 @@ func fuzzNext(t *testing.T, format Format, prev, next []byte) {
 		if (werr == nil) != (gerr == nil) || werr == nil && !reflect.DeepEqual(want, got) {
 			t.Fatalf("DecodeNextOwned differs from Decode: %v / %v", werr, gerr)
 		}
+		// Told of a shared prefix (all of it, part of it, or more than it: ignored past
+		// either body's end), the result is the same.
+		shared := SharedPrefix(bytes.TrimSpace(next), lay.Body())
+		for _, n := range []int{shared, shared / 2, len(next) + 1} {
+			_, lay, _ = DecodeLayout(format, prev)
+			got, _, gerr = DecodeNextShared(format, next, lay, n, nil)
+			if (werr == nil) != (gerr == nil) || werr == nil && !reflect.DeepEqual(want, got) {
+				t.Fatalf("DecodeNextShared(%d of %d) differs from Decode: %v / %v", n, shared, werr, gerr)
+			}
+		}
 	}
 }
 
@@ -550,14 +560,14 @@ func TestCommonPrefixLen(t *testing.T) {
 	for _, at := range []int{0, 1, 255, 256, 257, 4095, 16<<10 - 1, 16 << 10, 16<<10 + 1, 16<<10 + 300, 32<<10 + 5, len(base) - 1} {
 		other := bytes.Clone(base)
 		other[at] ^= 1
-		if got := commonPrefixLen(base, other); got != at {
+		if got := SharedPrefix(base, other); got != at {
 			t.Errorf("differ at %d: got %d", at, got)
 		}
-		if got := commonPrefixLen(base[:at], base); got != at {
+		if got := SharedPrefix(base[:at], base); got != at {
 			t.Errorf("prefix of %d bytes: got %d", at, got)
 		}
 	}
-	if got := commonPrefixLen(base, base); got != len(base) {
+	if got := SharedPrefix(base, base); got != len(base) {
 		t.Errorf("equal: got %d, want %d", got, len(base))
 	}
 }
