@@ -229,9 +229,10 @@ type psession struct {
 	readTool bool
 	// created: the last load found no history (a new session, or a new branch).
 	created bool
-	// branchedTo is the id of the branch the last request that diverged from this session's
-	// history after its first message went to (openSession), nil if none.
-	branchedTo atomic.Pointer[string]
+	// branches are the ids of the branches the last requests that diverged from this
+	// session's history after its first message went to (openSession), the most recent
+	// first, at most recentBranches; nil if none. Replaced whole, never modified.
+	branches atomic.Pointer[[]string]
 	// enc is the last body encoded for the session (server.go, encodeBody), for OpenAI; blocks
 	// the encodings of its messages, for Anthropic and Responses (wire.EncodeCache).
 	enc    atomic.Pointer[encoded]
@@ -559,17 +560,82 @@ func (s *Server) openSession(ctx context.Context, base string, m *managed, key m
 			}
 		}
 		branched = true
-		if last := ps.branchedTo.Load(); last != nil && *last != id {
-			bp, ok, err := s.continueBranch(ctx, *last, m, key, req, msgs, hashes)
-			if err != nil || ok {
-				return bp, ok, err
+		if b, err := s.recentBranch(ctx, ps, id, m, key, req, hashes); err != nil {
+			return nil, false, err
+		} else if b != "" {
+			bp, ok, err := s.continueBranch(ctx, b, m, key, req, msgs, hashes)
+			if err != nil {
+				return nil, false, err
+			}
+			if ok {
+				ps.branchedTo(b)
+				return bp, true, nil
 			}
 		}
 		next := branchID(id, hashes, k)
-		ps.branchedTo.Store(&next)
+		ps.branchedTo(next)
 		id = next
 	}
 	return nil, false, fmt.Errorf("proxy: session %q: too many branches", base)
+}
+
+// recentBranches bounds the branches a request that branches tries before it opens one: two
+// or three replays of a run interleaved, each going on in a branch another left behind.
+const recentBranches = 4
+
+// branchedTo records that a request diverging from ps's history went to the branch id.
+func (ps *psession) branchedTo(id string) {
+	for {
+		old := ps.branches.Load()
+		next := make([]string, 1, recentBranches)
+		next[0] = id
+		if old != nil {
+			for _, b := range *old {
+				if b != id && len(next) < recentBranches {
+					next = append(next, b)
+				}
+			}
+		}
+		if ps.branches.CompareAndSwap(old, &next) {
+			return
+		}
+	}
+}
+
+// recentBranch returns the one of the branches recently taken off ps (other than id) whose
+// history the incoming one begins with, the longest if several ("" if none): the one that
+// costs the least to continue, and the one a replay running behind another has not left
+// behind. A single one is returned untried (continueBranch tries it).
+func (s *Server) recentBranch(ctx context.Context, ps *psession, id string, m *managed, key managerKey, req *chat.Request, hashes []nhash) (string, error) {
+	recent := ps.branches.Load()
+	if recent == nil {
+		return "", nil
+	}
+	var ids []string
+	for _, b := range *recent {
+		if b != id {
+			ids = append(ids, b)
+		}
+	}
+	if len(ids) <= 1 {
+		return strings.Join(ids, ""), nil
+	}
+	best, bestN := "", -1
+	for _, b := range ids {
+		bp := s.acquire(b)
+		if bp.sess == nil || bp.key != key {
+			if err := s.load(ctx, bp, m, key, req.System, req.Tools); err != nil {
+				bp.mu.Unlock()
+				return "", err
+			}
+		}
+		n := len(bp.hashes)
+		if n > bestN && n <= len(hashes) && slices.Equal(bp.hashes, hashes[:n]) {
+			best, bestN = b, n
+		}
+		bp.mu.Unlock()
+	}
+	return best, nil
 }
 
 // opened returns ps, synced and locked, as the session of the request; branched: it is not
@@ -582,15 +648,16 @@ func (s *Server) opened(ps *psession, branched bool) *psession {
 	return ps
 }
 
-// continueBranch syncs the session id, where the last request that branched off the one
+// continueBranch syncs the session id, where a recent request that branched off the one
 // being opened went, if its history is a prefix of the incoming one, and returns it locked
 // (ok). A rewound history that is then sent again as it was (an agent run replayed under
 // the same key: every request a prefix of the stored history, each longer than the last) is
 // named by a branch id that changes with every request, so each opened a new branch and
 // stored and counted the whole history again (14.5 ms a request instead of 1 at 100K
 // tokens, and a copy of the history stored per request); it goes on in its branch instead.
-// The branch is remembered in memory only: after a restart the first such request opens
-// one by its id, as before.
+// The branches are remembered in memory only (the last recentBranches): after a restart the
+// first such request opens one by its id, as before. Each one tried that is not in memory is
+// loaded from the store.
 func (s *Server) continueBranch(ctx context.Context, id string, m *managed, key managerKey, req *chat.Request, msgs []chat.Message, hashes []nhash) (*psession, bool, error) {
 	ps := s.acquire(id)
 	err := s.sync(ctx, ps, m, key, req.System, req.Tools, msgs, hashes)
