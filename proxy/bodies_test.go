@@ -17,6 +17,7 @@ import (
 
 	"github.com/ctxmgr/ctxmgr/wire"
 
+	"github.com/ctxmgr/ctxmgr/chat"
 	"github.com/ctxmgr/ctxmgr/store"
 )
 
@@ -62,23 +63,9 @@ func TestSentBodyReusedAfterLastReader(t *testing.T) {
 // the pool only once the exchange has finished and the decode cache no longer keeps it (the
 // next body of the conversation replaced it), and readBuffer takes only a buffer that fits.
 func TestReceivedBodyHeldByDecodeCache(t *testing.T) {
-	srv, err := New(Config{UpstreamOpenAI: "http://127.0.0.1:1", Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	conv := newBenchConversation(20000)
-	body1, body2 := conv.body(0), conv.body(1)
-	if len(body1) < minPooledRead {
-		t.Fatalf("a body of %d bytes is not read into a pooled buffer: the test proves nothing", len(body1))
-	}
+	srv, body1, body2 := twoBodyServer(t)
 	exchangeOf := func(body []byte) (*exchange, []byte) {
-		x := &exchange{s: srv}
-		b := append(srv.bodies.get(len(body)), body...)
-		x.keepBody(b)
-		if _, _, err := srv.decodes.decode(FormatOpenAI, b, x.bodyOf(b), nil); err != nil {
-			t.Fatal(err)
-		}
+		x, b, _ := decodeReceived(t, srv, body, nil)
 		return x, b
 	}
 	x1, b1 := exchangeOf(body1)
@@ -109,19 +96,8 @@ func TestReceivedBodyHeldByDecodeCache(t *testing.T) {
 // the pool until the comparison is released, even once the cache has let it go; the
 // comparison made chunk by chunk finds what a comparison of the whole finds.
 func TestExpectedBodyHeld(t *testing.T) {
-	srv, err := New(Config{UpstreamOpenAI: "http://127.0.0.1:1", Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	conv := newBenchConversation(20000)
-	body1, body2 := conv.body(0), conv.body(1)
-	x1 := &exchange{s: srv}
-	b1 := append(srv.bodies.get(len(body1)), body1...)
-	x1.keepBody(b1)
-	if _, _, err := srv.decodes.decode(FormatOpenAI, b1, x1.bodyOf(b1), nil); err != nil {
-		t.Fatal(err)
-	}
+	srv, body1, body2 := twoBodyServer(t)
+	x1, b1, _ := decodeReceived(t, srv, body1, nil)
 	x1.releaseBodies()
 	exp, _ := srv.decodes.predict(bodyHead(body2), len(body2))
 	if exp == nil || &exp.d.lay.Body()[0] != &b1[0] {
@@ -134,13 +110,7 @@ func TestExpectedBodyHeld(t *testing.T) {
 	if want := wire.SharedPrefix(body2, body1); exp.shared != want || !exp.differs {
 		t.Fatalf("compared chunk by chunk: %d bytes shared (differs %v), want %d", exp.shared, exp.differs, want)
 	}
-	x2 := &exchange{s: srv}
-	b2 := append(srv.bodies.get(len(body2)), body2...)
-	x2.keepBody(b2)
-	req, _, err := srv.decodes.decode(FormatOpenAI, b2, x2.bodyOf(b2), exp)
-	if err != nil {
-		t.Fatal(err)
-	}
+	x2, _, req := decodeReceived(t, srv, body2, exp)
 	if want, _ := wire.Decode(wire.OpenAI, body2); !reflect.DeepEqual(req.Messages, want.Messages) {
 		t.Fatal("decoded from the shared bytes compared while reading, the messages differ from a whole decode")
 	}
@@ -158,6 +128,36 @@ func TestExpectedBodyHeld(t *testing.T) {
 	if got := pooledFor(srv, len(body1)); got == nil || &got[:1][0] != &b1[0] {
 		t.Fatal("the expected body's buffer was not reused once the comparison let go")
 	}
+}
+
+// twoBodyServer returns a server (no upstream) and the first two bodies of a 20,000-token
+// conversation, each large enough to be read into a pooled buffer.
+func twoBodyServer(t *testing.T) (*Server, []byte, []byte) {
+	srv, err := New(Config{UpstreamOpenAI: "http://127.0.0.1:1", Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	conv := newBenchConversation(20000)
+	body1, body2 := conv.body(0), conv.body(1)
+	if len(body1) < minPooledRead {
+		t.Fatalf("a body of %d bytes is not read into a pooled buffer: the test proves nothing", len(body1))
+	}
+	return srv, body1, body2
+}
+
+// decodeReceived decodes body as srv does a client's, read into a pooled buffer that the
+// exchange returned keeps, with what was expected while it was read (exp, may be nil).
+func decodeReceived(t *testing.T, srv *Server, body []byte, exp *expected) (*exchange, []byte, *chat.Request) {
+	t.Helper()
+	x := &exchange{s: srv}
+	b := append(srv.bodies.get(len(body)), body...)
+	x.keepBody(b)
+	req, _, err := srv.decodes.decode(FormatOpenAI, b, x.bodyOf(b), exp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x, b, req
 }
 
 // pooledFor takes from srv's pool the buffer a body of n bytes would be given, nil if none
