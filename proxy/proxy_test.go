@@ -396,31 +396,7 @@ func TestReplayedHistoryContinuesItsBranch(t *testing.T) {
 	e := newEnv(t, fakeupstream.Options{}, Config{})
 	ctx := ctxT(t)
 	const n = 12
-	out := bigOutput(400)
-	// body is request k: user messages 0..k, each earlier one answered by a tool call, its
-	// result and an answer; the user messages from other on say something else.
-	body := func(k, other int) string {
-		var b strings.Builder
-		b.WriteString(`{"model":"gpt-4o","tools":[{"type":"function","function":{"name":"run","parameters":{"type":"object"}}}],"messages":[{"role":"system","content":"You are a replayed agent."}`)
-		for i := 0; i <= k; i++ {
-			u := fmt.Sprintf("step %d", i)
-			if i >= other {
-				u = fmt.Sprintf("another step %d", i)
-			}
-			fmt.Fprintf(&b, `,{"role":"user","content":%s}`, jsonString(u))
-			if i < k {
-				fmt.Fprintf(&b, `,{"role":"assistant","tool_calls":[{"id":"c%d","type":"function","function":{"name":"run","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c%d","content":%s},{"role":"assistant","content":"done %d"}`, i, i, jsonString(out(i, 0)), i)
-			}
-		}
-		b.WriteString(`]}`)
-		return b.String()
-	}
-	send := func(k, other int) {
-		t.Helper()
-		if status, _, answer := postRaw(t, e.px.URL, "/v1/chat/completions", body(k, other), SessionHeader, "replay"); status != 200 {
-			t.Fatalf("request %d: %d %s", k, status, answer)
-		}
-	}
+	send := func(k, other int) { sendReplayed(t, e, k, other) }
 	stored := func() (sessions, msgs int) {
 		t.Helper()
 		infos, err := e.store.Sessions(ctx)
@@ -471,25 +447,7 @@ func TestInterleavedReplaysShareBranches(t *testing.T) {
 	e := newEnv(t, fakeupstream.Options{}, Config{})
 	ctx := ctxT(t)
 	const n = 12
-	out := bigOutput(400)
-	body := func(k int) string {
-		var b strings.Builder
-		b.WriteString(`{"model":"gpt-4o","tools":[{"type":"function","function":{"name":"run","parameters":{"type":"object"}}}],"messages":[{"role":"system","content":"You are a replayed agent."}`)
-		for i := 0; i <= k; i++ {
-			fmt.Fprintf(&b, `,{"role":"user","content":%s}`, jsonString(fmt.Sprintf("step %d", i)))
-			if i < k {
-				fmt.Fprintf(&b, `,{"role":"assistant","tool_calls":[{"id":"c%d","type":"function","function":{"name":"run","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c%d","content":%s},{"role":"assistant","content":"done %d"}`, i, i, jsonString(out(i, 0)), i)
-			}
-		}
-		b.WriteString(`]}`)
-		return b.String()
-	}
-	send := func(k int) {
-		t.Helper()
-		if status, _, answer := postRaw(t, e.px.URL, "/v1/chat/completions", body(k), SessionHeader, "replay"); status != 200 {
-			t.Fatalf("request %d: %d %s", k, status, answer)
-		}
-	}
+	send := func(k int) { sendReplayed(t, e, k, n+1) }
 	for k := 0; k < n; k++ {
 		send(k)
 	}
@@ -517,6 +475,30 @@ func TestInterleavedReplaysShareBranches(t *testing.T) {
 		t.Fatalf("two interleaved replays of %d requests made %d sessions holding %d messages (the first run %d)", n-1, len(infos), all, len(first))
 	}
 	checkRecords(t, e.fake.Records(), 200000)
+}
+
+// sendReplayed sends request k of an agent run under the session key "replay": user messages
+// 0..k, each earlier one answered by a tool call, its result and an answer; the user messages
+// from other on say something else.
+func sendReplayed(t *testing.T, e *env, k, other int) {
+	t.Helper()
+	out := bigOutput(400)
+	var b strings.Builder
+	b.WriteString(`{"model":"gpt-4o","tools":[{"type":"function","function":{"name":"run","parameters":{"type":"object"}}}],"messages":[{"role":"system","content":"You are a replayed agent."}`)
+	for i := 0; i <= k; i++ {
+		u := fmt.Sprintf("step %d", i)
+		if i >= other {
+			u = fmt.Sprintf("another step %d", i)
+		}
+		fmt.Fprintf(&b, `,{"role":"user","content":%s}`, jsonString(u))
+		if i < k {
+			fmt.Fprintf(&b, `,{"role":"assistant","tool_calls":[{"id":"c%d","type":"function","function":{"name":"run","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c%d","content":%s},{"role":"assistant","content":"done %d"}`, i, i, jsonString(out(i, 0)), i)
+		}
+	}
+	b.WriteString(`]}`)
+	if status, _, answer := postRaw(t, e.px.URL, "/v1/chat/completions", b.String(), SessionHeader, "replay"); status != 200 {
+		t.Fatalf("request %d: %d %s", k, status, answer)
+	}
 }
 
 // TestRestart: a new Server over the same store continues the session: the request after the

@@ -617,8 +617,11 @@ func (s *Server) recentBranch(ctx context.Context, ps *psession, id string, m *m
 			ids = append(ids, b)
 		}
 	}
-	if len(ids) <= 1 {
-		return strings.Join(ids, ""), nil
+	switch len(ids) {
+	case 0:
+		return "", nil
+	case 1:
+		return ids[0], nil
 	}
 	best, bestN := "", -1
 	for _, b := range ids {
