@@ -550,9 +550,9 @@ func TestDecodeNextTailChanged(t *testing.T) {
 	}
 }
 
-// TestCommonPrefixLen: the length found wherever the two differ, around the chunk sizes the
+// TestSharedPrefix: the length found wherever the two differ, around the chunk sizes the
 // comparison steps by, and when one is a prefix of the other.
-func TestCommonPrefixLen(t *testing.T) {
+func TestSharedPrefix(t *testing.T) {
 	base := make([]byte, 40<<10)
 	for i := range base {
 		base[i] = byte('a' + i%23)
