@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/base64"
 	"fmt"
-	"hash/maphash"
 	"math"
 	"strconv"
 	"strings"
@@ -186,47 +185,6 @@ func (e *encoding) count(s string) int {
 
 // maxCachedPiece: longer pieces are rare and seldom repeat; they are counted every time.
 const maxCachedPiece = 32
-
-// pieceCache maps pieces to token counts. It is sharded to keep concurrent counters apart
-// and bounded: a shard that fills up is emptied (text repeats its words, so the common ones
-// are back at once).
-type pieceCache struct {
-	seed   maphash.Seed
-	shards [pieceShards]struct {
-		mu sync.RWMutex
-		m  map[string]int32
-	}
-}
-
-const (
-	pieceShards     = 16
-	pieceShardLimit = 1 << 12 // 64K pieces in all, a few MB
-)
-
-func (c *pieceCache) init() {
-	c.seed = maphash.MakeSeed()
-	for i := range c.shards {
-		c.shards[i].m = make(map[string]int32, 256)
-	}
-}
-
-func (c *pieceCache) get(p string) (int, bool) {
-	sh := &c.shards[maphash.String(c.seed, p)%pieceShards]
-	sh.mu.RLock()
-	n, ok := sh.m[p]
-	sh.mu.RUnlock()
-	return int(n), ok
-}
-
-func (c *pieceCache) put(p string, n int) {
-	sh := &c.shards[maphash.String(c.seed, p)%pieceShards]
-	sh.mu.Lock()
-	if len(sh.m) >= pieceShardLimit {
-		clear(sh.m)
-	}
-	sh.m[strings.Clone(p)] = int32(n) // p may be a slice of a large text: do not pin it
-	sh.mu.Unlock()
-}
 
 // Encodings lists the encodings ForEncoding accepts.
 func Encodings() []string { return []string{O200kBase, CL100kBase} }
