@@ -757,16 +757,6 @@ func (x *exchange) encode(req chat.Request, n int) ([]byte, error) {
 	return b, nil
 }
 
-// encoded is the last request body encoded for a session, message by message: an OpenAI
-// request whose messages continue the same slice (Prepare extends its slice while nothing
-// already sent changes, and never modifies what it returned) reuses the encodings of the
-// messages it shares, so that a re-encoded request costs what its new messages cost. msgs
-// keeps the slice, so its array (whose addresses are compared) stays alive.
-type encoded struct {
-	msgs []chat.Message
-	enc  [][]byte
-}
-
 func (x *exchange) encodeBody(out *chat.Request) ([]byte, error) {
 	if x.ps == nil {
 		return wire.Encode(x.format, out)
@@ -786,19 +776,9 @@ func (x *exchange) encodeSession(out *chat.Request, dst []byte) ([]byte, error) 
 	case FormatResponses:
 		return wire.AppendResponsesCached(dst, out, x.ps.blocks)
 	case FormatOpenAI:
-	default:
-		return wire.Encode(x.format, out)
+		return wire.AppendOpenAICached(dst, out, x.ps.blocks)
 	}
-	var reuse [][]byte
-	if prev := x.ps.enc.Load(); prev != nil && len(prev.msgs) > 0 && len(out.Messages) > 0 && &prev.msgs[0] == &out.Messages[0] {
-		reuse = prev.enc[:min(len(prev.enc), len(out.Messages))]
-	}
-	b, enc, err := wire.AppendOpenAIReusing(dst, out, reuse)
-	if err != nil {
-		return nil, err
-	}
-	x.ps.enc.Store(&encoded{msgs: out.Messages, enc: enc})
-	return b, nil
+	return wire.Encode(x.format, out)
 }
 
 // send posts body upstream with the client's headers. The first send of the client's own

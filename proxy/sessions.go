@@ -233,9 +233,8 @@ type psession struct {
 	// session's history after its first message went to (openSession), the most recent
 	// first, at most recentBranches; nil if none. Replaced whole, never modified.
 	branches atomic.Pointer[[]string]
-	// enc is the last body encoded for the session (server.go, encodeBody), for OpenAI; blocks
-	// the encodings of its messages, for Anthropic and Responses (wire.EncodeCache).
-	enc    atomic.Pointer[encoded]
+	// blocks holds the encodings of the messages of the last body encoded for the session
+	// (server.go, encodeSession; wire.EncodeCache).
 	blocks *wire.EncodeCache
 	// counted: the last request sent, counted for the calibrator (server.go, observeUsage).
 	counted sentCount

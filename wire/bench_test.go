@@ -85,29 +85,36 @@ func BenchmarkEncode(b *testing.B) {
 	}
 }
 
-// BenchmarkEncodeAnthropicGrowing encodes a ~100K-token conversation as Anthropic bodies, one
-// more message each time, whole (EncodeAnthropic) and with an EncodeCache (what the proxy
-// does per request), side by side.
-func BenchmarkEncodeAnthropicGrowing(b *testing.B) {
+// BenchmarkEncodeGrowing encodes a ~100K-token conversation as OpenAI and Anthropic bodies,
+// one more message each time, whole and with an EncodeCache (what the proxy does per request
+// it rewrites), side by side.
+func BenchmarkEncodeGrowing(b *testing.B) {
 	req, err := DecodeOpenAI(benchBody(130))
 	if err != nil {
 		b.Fatal(err)
 	}
 	all := req.Messages
-	for _, c := range []struct {
-		name  string
-		cache *EncodeCache
-	}{{"whole", nil}, {"cached", NewEncodeCache()}} {
-		b.Run(c.name, func(b *testing.B) {
-			start := len(all) - 100
-			for i := 0; i < b.N; i++ {
-				r := *req
-				r.Messages = all[:start+i%100]
-				if _, err := EncodeAnthropicCached(&r, c.cache); err != nil {
-					b.Fatal(err)
+	for _, f := range []struct {
+		name   string
+		cached func([]byte, *chat.Request, *EncodeCache) ([]byte, error)
+	}{{"openai", AppendOpenAICached}, {"anthropic", AppendAnthropicCached}} {
+		for _, c := range []struct {
+			name  string
+			cache *EncodeCache
+		}{{"whole", nil}, {"cached", NewEncodeCache()}} {
+			b.Run(f.name+"-"+c.name, func(b *testing.B) {
+				b.ReportAllocs()
+				start := len(all) - 100
+				var buf []byte
+				for i := 0; i < b.N; i++ {
+					r := *req
+					r.Messages = all[:start+i%100]
+					if buf, err = f.cached(buf[:0], &r, c.cache); err != nil {
+						b.Fatal(err)
+					}
 				}
-			}
-		})
+			})
+		}
 	}
 }
 

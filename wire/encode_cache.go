@@ -9,8 +9,9 @@ import (
 	"github.com/ctxmgr/ctxmgr/chat"
 )
 
-// An EncodeCache keeps what EncodeAnthropicCached or EncodeResponsesCached rendered in its
-// last call (Anthropic messages, the Responses input items of a message), each under a 128-bit
+// An EncodeCache keeps what EncodeOpenAICached, EncodeAnthropicCached or EncodeResponsesCached
+// rendered in its last call (OpenAI or Anthropic messages, the Responses input items of a
+// message), each under a 128-bit
 // fingerprint of every field of the neutral messages it was made of
 // (chat.Message.HashTo, hashed by two seeded maphash functions: tens of GB/s, against the
 // JSON encoding it saves). A call finds what it can reuse in two ways:
@@ -26,7 +27,8 @@ import (
 //     unchanged, is not encoded again.
 //
 // It keeps what the last call used, and by content at most as many older renderings again
-// (see byKey), so it holds about one to two requests' messages. An EncodeCache is safe for concurrent use; calls that overlap encode without it.
+// (see byKey), so it holds about one to two requests' messages. An EncodeCache is safe for
+// concurrent use; calls that overlap encode without it.
 type EncodeCache struct {
 	mu     sync.Mutex
 	format Format // of the last call: another format starts the cache afresh

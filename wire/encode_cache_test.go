@@ -11,8 +11,9 @@ import (
 	"github.com/ctxmgr/ctxmgr/chat"
 )
 
-// TestEncodeAnthropicCached: with one cache (Anthropic and Responses) across a growing conversation (and across edits,
-// moved breakpoints and a rewind), every body is byte for byte the one EncodeAnthropic gives.
+// TestEncodeAnthropicCached: with one cache per format (OpenAI, Anthropic, Responses) across a
+// growing conversation (and across edits, moved breakpoints and a rewind), every body is byte
+// for byte the one the uncached encoder gives.
 func TestEncodeAnthropicCached(t *testing.T) {
 	var convs [][]chat.Message
 	runs := tauBenchRuns(t)
@@ -36,11 +37,16 @@ func TestEncodeAnthropicCached(t *testing.T) {
 	}
 	// A cache for each encoder (one serving both in turn would start afresh at every change
 	// of format), so that each reuses what its last call rendered.
-	responsesCaches := map[*EncodeCache]*EncodeCache{}
+	responsesCaches, openAICaches := map[*EncodeCache]*EncodeCache{}, map[*EncodeCache]*EncodeCache{}
 	check := func(c *EncodeCache, r *chat.Request) {
 		t.Helper()
-		want, werr := EncodeAnthropic(r)
-		got, gerr := EncodeAnthropicCached(r, c)
+		want, werr := EncodeOpenAI(r)
+		got, gerr := EncodeOpenAICached(r, openAICaches[c])
+		if (werr == nil) != (gerr == nil) || !bytes.Equal(want, got) {
+			t.Fatalf("cached OpenAI encoding differs: %v / %v\nwant %s\ngot  %s", werr, gerr, want, got)
+		}
+		want, werr = EncodeAnthropic(r)
+		got, gerr = EncodeAnthropicCached(r, c)
 		if (werr == nil) != (gerr == nil) || !bytes.Equal(want, got) {
 			t.Fatalf("cached Anthropic encoding differs: %v / %v\nwant %s\ngot  %s", werr, gerr, want, got)
 		}
@@ -53,7 +59,7 @@ func TestEncodeAnthropicCached(t *testing.T) {
 	hits := 0
 	for _, msgs := range convs {
 		c := NewEncodeCache()
-		responsesCaches[c] = NewEncodeCache()
+		responsesCaches[c], openAICaches[c] = NewEncodeCache(), NewEncodeCache()
 		for n := 1; n <= len(msgs); n++ {
 			r := &chat.Request{Messages: msgs[:n], Extra: map[string]json.RawMessage{"model": json.RawMessage(`"claude"`), "max_tokens": json.RawMessage(`1024`)}}
 			check(c, r)
@@ -88,7 +94,7 @@ func TestEncodeCacheReuses(t *testing.T) {
 	for _, f := range []struct {
 		name   string
 		cached func(*chat.Request, *EncodeCache) ([]byte, error)
-	}{{"anthropic", EncodeAnthropicCached}, {"responses", EncodeResponsesCached}} {
+	}{{"openai", EncodeOpenAICached}, {"anthropic", EncodeAnthropicCached}, {"responses", EncodeResponsesCached}} {
 		c := NewEncodeCache()
 		bp := map[string]json.RawMessage{"cache_control": json.RawMessage(`{"type":"ephemeral"}`)}
 		var prev []chat.Message
@@ -127,7 +133,7 @@ func TestEncodeCacheTellsMessagesApart(t *testing.T) {
 		name   string
 		whole  func(*chat.Request) ([]byte, error)
 		cached func(*chat.Request, *EncodeCache) ([]byte, error)
-	}{{"anthropic", EncodeAnthropic, EncodeAnthropicCached}, {"responses", EncodeResponses, EncodeResponsesCached}} {
+	}{{"openai", EncodeOpenAI, EncodeOpenAICached}, {"anthropic", EncodeAnthropic, EncodeAnthropicCached}, {"responses", EncodeResponses, EncodeResponsesCached}} {
 		for _, text := range []string{"first question", "second question", "first question"} {
 			r := &chat.Request{Messages: []chat.Message{chat.TextMessage(chat.RoleUser, text)}, Extra: map[string]json.RawMessage{"model": json.RawMessage(`"m"`)}}
 			want, _ := f.whole(r)
@@ -155,7 +161,7 @@ func TestAppendEncoders(t *testing.T) {
 		}
 	}
 	want, _ := EncodeOpenAI(req)
-	got, _, err := AppendOpenAIReusing(buf, req, nil)
+	got, err := AppendOpenAICached(buf, req, NewEncodeCache())
 	check("openai", want, got, err)
 	want, _ = EncodeAnthropic(req)
 	got, err = AppendAnthropicCached(buf, req, NewEncodeCache())

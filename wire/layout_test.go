@@ -356,32 +356,6 @@ func TestDecodeNextOwned(t *testing.T) {
 	}
 }
 
-// TestEncodeOpenAIReusing: a body encoded with the encodings of an earlier call is the body
-// EncodeOpenAI gives.
-func TestEncodeOpenAIReusing(t *testing.T) {
-	req, err := DecodeOpenAI([]byte(openAIBodies[2]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	short := *req
-	short.Messages = req.Messages[:2]
-	_, enc, err := EncodeOpenAIReusing(&short, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, enc2, err := EncodeOpenAIReusing(req, enc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := EncodeOpenAI(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(got) != string(want) || len(enc2) != len(req.Messages) || &enc2[0][0] != &enc[0][0] {
-		t.Fatalf("reusing encodings changed the body or did not reuse:\n%s\n%s", got, want)
-	}
-}
-
 // TestDecodeNextExtendsInPlaceOnce: the first DecodeNext that continues a layout appends to
 // its arrays in place; a second continuation of the same layout (a branch: the agent went
 // back) must copy, so that neither request sees the other's messages.

@@ -343,45 +343,39 @@ func toolRawName(o object) string {
 // EncodeOpenAI encodes a request as an OpenAI chat-completions body. System comes first as
 // system (or developer) messages; Anthropic-origin tool results become role "tool" messages.
 func EncodeOpenAI(r *chat.Request) ([]byte, error) {
-	b, _, err := EncodeOpenAIReusing(r, nil)
-	return b, err
+	return AppendOpenAICached(nil, r, nil)
 }
 
-// EncodeOpenAIReusing is EncodeOpenAI for a caller that encodes a growing conversation again
-// and again: reuse[i], when not nil, is taken as the encoding of r.Messages[i] (the caller
-// vouches that the message is the one it encoded before), and the encodings of r.Messages are
-// returned for the next call. The body is the one EncodeOpenAI gives.
-func EncodeOpenAIReusing(r *chat.Request, reuse [][]byte) ([]byte, [][]byte, error) {
-	return AppendOpenAIReusing(nil, r, reuse)
+// EncodeOpenAICached is EncodeOpenAI for a caller that encodes a conversation again and
+// again: the messages c holds from earlier calls (the same values, or equal ones) are not
+// encoded again (see EncodeCache). A nil c encodes everything. The body is the one
+// EncodeOpenAI gives.
+func EncodeOpenAICached(r *chat.Request, c *EncodeCache) ([]byte, error) {
+	return AppendOpenAICached(nil, r, c)
 }
 
-// AppendOpenAIReusing is EncodeOpenAIReusing appending the body to dst and returning the
+// AppendOpenAICached is EncodeOpenAICached appending the body to dst and returning the
 // extended buffer, so that a caller sending body after body can reuse one (dst[:0]).
-func AppendOpenAIReusing(dst []byte, r *chat.Request, reuse [][]byte) ([]byte, [][]byte, error) {
+func AppendOpenAICached(dst []byte, r *chat.Request, c *EncodeCache) ([]byte, error) {
+	memo := c.begin(OpenAI)
+	defer c.end(memo)
 	top, err := withExtras(r.Wire, OpenAI, r.Extra)
 	if err != nil {
-		return nil, nil, fmt.Errorf("wire: %w", err)
+		return nil, fmt.Errorf("wire: %w", err)
 	}
 	msgs := make([]json.RawMessage, 0, len(r.System)+len(r.Messages))
 	for i := range r.System {
 		b, err := EncodeOpenAIMessage(&r.System[i])
 		if err != nil {
-			return nil, nil, fmt.Errorf("wire: message %d: %w", len(msgs), err)
+			return nil, fmt.Errorf("wire: message %d: %w", len(msgs), err)
 		}
 		msgs = append(msgs, b)
 	}
-	encoded := make([][]byte, len(r.Messages))
 	for i := range r.Messages {
-		b := []byte(nil)
-		if i < len(reuse) {
-			b = reuse[i]
+		b, err := memo.group(r.Messages, i, i+1, func() ([]byte, error) { return EncodeOpenAIMessage(&r.Messages[i]) })
+		if err != nil {
+			return nil, fmt.Errorf("wire: message %d: %w", len(msgs), err)
 		}
-		if b == nil {
-			if b, err = EncodeOpenAIMessage(&r.Messages[i]); err != nil {
-				return nil, nil, fmt.Errorf("wire: message %d: %w", len(msgs), err)
-			}
-		}
-		encoded[i] = b
 		msgs = append(msgs, b)
 	}
 	delete(top, "messages")
@@ -390,7 +384,7 @@ func AppendOpenAIReusing(dst []byte, r *chat.Request, reuse [][]byte) ([]byte, [
 		for _, t := range r.Tools {
 			b, err := encodeOpenAITool(r.Wire, t)
 			if err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 			if b != nil {
 				tools = append(tools, b)
@@ -398,8 +392,7 @@ func AppendOpenAIReusing(dst []byte, r *chat.Request, reuse [][]byte) ([]byte, [
 		}
 		top["tools"] = joinArray(tools)
 	}
-	body, err := appendWith(dst, top, "messages", msgs, "model", "messages")
-	return body, encoded, err
+	return appendWith(dst, top, "messages", msgs, "model", "messages")
 }
 
 // EncodeOpenAIMessages encodes messages as a bare OpenAI message array.
