@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"bytes"
 	"container/list"
 	"crypto/sha256"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -166,7 +168,7 @@ func (c *decodeCache) decode(f Format, body []byte, src *sentBody, exp *expected
 		return req, info, nil
 	}
 	head := bodyHead(body)
-	prev := c.lookup(head, body)
+	prev := c.lookup(head, body, exp)
 	if prev != nil && prev.src != nil {
 		defer prev.src.release() // the reference lookup took
 	}
@@ -252,13 +254,26 @@ func (c *decodeCache) decode(f Format, body []byte, src *sentBody, exp *expected
 // system prompt: most likely the same session), and among those the one that shares the
 // longest prefix with body. Prefixes are compared only between two or more such candidates
 // (DecodeNext compares the one chosen itself): a 400 KB comparison is a tenth of a request's
-// time.
-func (c *decodeCache) lookup(head [16]byte, body []byte) *decoded {
+// time. exp, if not nil, is the body compared with body while it was read: it is tried first,
+// with the length the reading found, and the others are then compared only where their 64
+// bytes before it match (mayShare). Up to maxCandidates sessions of one agent share a head
+// (its system prompt), and each was compared through that prompt before: on the real
+// mini-swe-agent runs (BenchmarkHandlerRealRuns) a tenth of the handler's CPU.
+func (c *decodeCache) lookup(head [16]byte, body []byte, exp *expected) *decoded {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var best *decoded
 	bestAlike, bestN := false, -1
-	for _, d := range c.byHead[head] {
+	cands := c.byHead[head]
+	if exp != nil && slices.Contains(cands, exp.d) {
+		// The body compared while read first: its shared length is known, and most
+		// candidates are then ruled out by the 64 bytes before it (mayShare).
+		best, bestAlike = exp.d, exp.d.lay.EndsLike(body)
+	}
+	for _, d := range cands {
+		if exp != nil && d == exp.d {
+			continue
+		}
 		alike := d.lay.EndsLike(body)
 		switch {
 		case best == nil || alike && !bestAlike:
@@ -268,9 +283,12 @@ func (c *decodeCache) lookup(head [16]byte, body []byte) *decoded {
 			continue
 		}
 		if bestN < 0 {
-			bestN = wire.SharedPrefix(best.lay.Body(), body)
+			bestN = exp.sharedWith(best, body)
 		}
-		if n := wire.SharedPrefix(d.lay.Body(), body); n > bestN {
+		if !mayShare(d.lay.Body(), body, bestN+1) {
+			continue
+		}
+		if n := exp.sharedWith(d, body); n > bestN {
 			best, bestN = d, n
 		}
 	}
@@ -345,6 +363,28 @@ func (e *expected) compare(body []byte) {
 	}
 	e.shared += wire.SharedPrefix(body[e.shared:end], pb[e.shared:end])
 	e.differs = e.shared < end
+}
+
+// sharedWith returns how many first bytes of body equal d's body: known without comparing when
+// d is the body e compared body with, whole.
+func (e *expected) sharedWith(d *decoded, body []byte) int {
+	pb := d.lay.Body()
+	if e != nil && e.d == d && (e.differs || e.shared == min(len(body), len(pb))) {
+		return e.shared
+	}
+	return wire.SharedPrefix(pb, body)
+}
+
+// mayShare reports whether a and b may have their first n bytes equal: false when either is
+// shorter, or when the 64 bytes before the n-th differ. The cached bodies under one head are
+// often conversations of one agent, the same system prompt and tools and then another task:
+// the one that shares most with a body is found without comparing every other one's prompt.
+func mayShare(a, b []byte, n int) bool {
+	if len(a) < n || len(b) < n {
+		return false
+	}
+	from := max(0, n-64)
+	return bytes.Equal(a[from:n], b[from:n])
 }
 
 // release gives back the reference predict took.

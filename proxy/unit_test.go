@@ -380,7 +380,7 @@ func TestDecodeKeepsFirstCommand(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if i > 0 && c.lookup(bodyHead(body), body) == nil {
+		if i > 0 && c.lookup(bodyHead(body), body, nil) == nil {
 			t.Fatal("the conversation is not in the decode cache: the test proves nothing")
 		}
 		if want := firstCommand(req.Messages, 0); first != want {
@@ -424,7 +424,7 @@ func TestDecodeKeepsBreakpoints(t *testing.T) {
 			msgs[j] = map[string]any{"role": role, "content": []any{block(text, j == 0 || j == len(texts)-1)}}
 		}
 		body, _ := json.Marshal(map[string]any{"model": "claude-sonnet-4-5", "max_tokens": 1024, "system": system, "messages": msgs})
-		prev := c.lookup(bodyHead(body), body)
+		prev := c.lookup(bodyHead(body), body, nil)
 		req, di, err := c.decode(FormatAnthropic, body, nil, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -497,7 +497,7 @@ func TestDecodeCacheKeepsSiblings(t *testing.T) {
 				t.Helper()
 				b := body(f, systems[i], convs[i])
 				if last[i] != nil {
-					if prev := c.lookup(bodyHead(b), b); prev == nil || !bytes.Equal(prev.lay.Body(), last[i]) {
+					if prev := c.lookup(bodyHead(b), b, nil); prev == nil || !bytes.Equal(prev.lay.Body(), last[i]) {
 						t.Fatalf("session %d after %d messages: not decoded against its own previous body", i, len(convs[i]))
 					}
 				}
@@ -545,7 +545,7 @@ func TestDecodeCacheKeepsSiblings(t *testing.T) {
 			had := len(convs[0])
 			convs[0] = append(convs[0], "ok", "A: and after")
 			b = body(f, systems[0], convs[0])
-			if prev := c.lookup(bodyHead(b), b); prev == nil || len(prev.lay.Request().Messages) != had {
+			if prev := c.lookup(bodyHead(b), b, nil); prev == nil || len(prev.lay.Request().Messages) != had {
 				t.Fatalf("after a fork, the conversation it left is not the one continued")
 			}
 			decode(0)
@@ -637,5 +637,80 @@ func TestAnswerEndsBeforeHandler(t *testing.T) {
 	}
 	if n := counterValue(e.srv.metrics.unmanaged.WithLabelValues(ReasonSingleMessage)); n != 0 {
 		t.Fatal("the request was not managed: the test proves nothing")
+	}
+}
+
+// TestDecodeLookupManySessions: under one head (one agent's system prompt, past headLen), the
+// cached body a new body is decoded against is the one that shares the most with it, as
+// comparing every candidate whole finds, whether the body compared while it was read is that
+// one, another, or none (lookup skips a candidate by the bytes before the best's shared
+// length, and takes the shared length the reading found when it compared the whole body).
+func TestDecodeLookupManySessions(t *testing.T) {
+	c := newDecodeCache(64 << 20)
+	system := strings.Repeat("You are a careful agent with a long system prompt. ", 60)
+	// edited: the output before the last differs (a branch): it shares all but a turn with the
+	// original, and the original a few bytes more with the original's continuation.
+	conv := func(task, turns int, edited bool) []byte {
+		msgs := []map[string]any{{"role": "system", "content": system}, {"role": "user", "content": fmt.Sprintf("task %d: %s", task, strings.Repeat("fix it. ", 40))}}
+		for i := 0; i < turns; i++ {
+			out := fmt.Sprintf("output %d", i)
+			if edited && i == turns-2 {
+				out = fmt.Sprintf("output %d!", i)
+			}
+			msgs = append(msgs, map[string]any{"role": "assistant", "content": fmt.Sprintf("step %d of task %d", i, task)},
+				map[string]any{"role": "user", "content": out})
+		}
+		b, _ := json.Marshal(map[string]any{"model": "gpt-4o", "messages": msgs})
+		return b
+	}
+	// Stored as siblings (decode would let an edit of a recent message replace the body it
+	// edits: see continues).
+	var cached [][]byte
+	for task := 0; task < 12; task++ {
+		for _, edited := range []bool{task%2 == 0, task%2 == 1} { // either first
+			b := conv(task, 3+task%4, edited)
+			req, lay, err := wire.DecodeLayout(wire.OpenAI, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.store(&decoded{head: bodyHead(b), lay: lay, hashes: hashAll(req.Messages), firstCmd: -1}, nil)
+			cached = append(cached, b)
+		}
+	}
+	if len(c.byHead[bodyHead(cached[0])]) < 2 {
+		t.Fatal("the conversations do not share a head: the test proves nothing")
+	}
+	for task := 0; task < 12; task++ {
+		body := conv(task, 7, false) // the same task, further on
+		best := 0
+		for _, cb := range cached {
+			best = max(best, wire.SharedPrefix(cb, body))
+		}
+		for k, guess := range []int{-1, 2 * task, 2*task + 1, (2*task + 5) % len(cached), 2 * task, 2*task + 1} {
+			whole := k < 4 // the last two: the body compared while read up to its middle only
+			var exp *expected
+			if guess >= 0 {
+				for _, d := range c.byHead[bodyHead(body)] {
+					if bytes.Equal(d.lay.Body(), cached[guess]) {
+						exp = &expected{d: d}
+					}
+				}
+				if exp == nil {
+					t.Fatalf("task %d: body %d is not cached", task, guess)
+				}
+				exp.compare(body[:len(body)/2])
+				if whole {
+					exp.compare(body)
+				}
+			}
+			prev := c.lookup(bodyHead(body), body, exp)
+			if prev == nil {
+				t.Fatalf("task %d: nothing found", task)
+			}
+			if got := wire.SharedPrefix(prev.lay.Body(), body); got != best {
+				t.Fatalf("task %d, compared with %d while read: found a body sharing %d bytes, the best shares %d", task, guess, got, best)
+			}
+			prev.users.Add(-1)
+		}
 	}
 }
