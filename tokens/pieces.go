@@ -63,7 +63,8 @@ func packPiece(p string) pieceKey {
 	return k
 }
 
-func (k *pieceKey) String(n int) string {
+// piece is the key of a piece of n bytes, as a string again.
+func (k *pieceKey) piece(n int) string {
 	var b [maxCachedPiece]byte
 	for i := range k {
 		binary.LittleEndian.PutUint64(b[i*8:], k[i])
@@ -157,7 +158,7 @@ func (c *pieceCache) next(t *pieceTable) *pieceTable {
 			k[w] = t.slots[i].key[w].Load()
 		}
 		size := int(m & 0x7F)
-		p := k.String(size)
+		p := k.piece(size)
 		h := maphash.String(c.seed, p)
 		_, s := nt.find(h, p, &k)
 		nt.fill(s, h, size, int(m&pieceCountMask>>8), &k)
