@@ -114,17 +114,19 @@ func (c *cutThrough) progress(n int) {
 	c.cond.Broadcast()
 }
 
-// commit lets the last byte go and returns the upstream's answer. whole is false when the
+// commit lets the last byte go, calls then (the work that waits for the request to be on
+// its way, exchange.startFlush) and returns the upstream's answer. whole is false when the
 // request failed and the upstream cannot have received it whole: the transport never took
 // the last byte, or writing it failed (the connection was lost while the proxy decided).
 // The caller then sends the body again, as any other.
-func (c *cutThrough) commit() (resp *http.Response, whole bool, err error) {
+func (c *cutThrough) commit(then func()) (resp *http.Response, whole bool, err error) {
 	c.mu.Lock()
 	if c.state == cutStreaming {
 		c.state = cutCommitted
 	}
 	c.mu.Unlock()
 	c.cond.Broadcast()
+	then()
 	<-c.done
 	if c.err == nil {
 		return c.resp, true, nil
