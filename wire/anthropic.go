@@ -687,7 +687,7 @@ func anthropicInput(args string) json.RawMessage {
 	if len(trimmed) == 0 {
 		return json.RawMessage("{}")
 	}
-	if trimmed[0] == '{' && json.Valid(trimmed) {
+	if trimmed[0] == '{' && validJSON(trimmed) {
 		return json.RawMessage(args)
 	}
 	return mustJSON(map[string]string{"_raw_arguments": args})

@@ -273,7 +273,7 @@ func decodeNext(f Format, body []byte, prev *Layout, shared int, own func(reused
 	}
 	for i < len(body) && body[i] != ']' {
 		e, ok := valueEnd(body, i)
-		if !ok || !json.Valid(body[i:e]) {
+		if !ok || !validJSON(body[i:e]) {
 			return nil, nil, false
 		}
 		raws = append(raws, body[i:e])

@@ -22,7 +22,7 @@ import (
 
 // valid returns nil when body is valid JSON and otherwise encoding/json's syntax error.
 func valid(body []byte) error {
-	if json.Valid(body) {
+	if validJSON(body) {
 		return nil
 	}
 	var v any

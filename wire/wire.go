@@ -296,7 +296,7 @@ func withExtras(origin string, f Format, ex map[string]json.RawMessage) (object,
 	o := make(object, len(ex)+4)
 	if origin == "" || origin == string(f) {
 		for k, v := range ex {
-			if !json.Valid(v) {
+			if !validJSON(v) {
 				return nil, fmt.Errorf("extra field %q holds invalid JSON", k)
 			}
 			o[k] = v
@@ -307,7 +307,7 @@ func withExtras(origin string, f Format, ex map[string]json.RawMessage) (object,
 
 // checkRaw reports raw JSON supplied by the caller (what names it) that is not valid.
 func checkRaw(what string, raw json.RawMessage) error {
-	if !json.Valid(raw) {
+	if !validJSON(raw) {
 		return fmt.Errorf("%s holds invalid JSON", what)
 	}
 	return nil
