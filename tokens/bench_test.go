@@ -9,6 +9,7 @@ import (
 	"github.com/ctxmgr/ctxmgr/chat"
 	"github.com/ctxmgr/ctxmgr/tokens"
 	tiktoken "github.com/pkoukk/tiktoken-go"
+	tiktokenloader "github.com/pkoukk/tiktoken-go-loader"
 	"github.com/tiktoken-go/tokenizer"
 )
 
@@ -27,7 +28,9 @@ func goldenCorpus(b *testing.B) string {
 // counter (pkoukk plus the long-run guard) and the heuristic.
 func BenchmarkEncode(b *testing.B) {
 	input := goldenCorpus(b)
-	counter := mustEncoding(b, tokens.O200kBase) // installs the offline vocabulary loader
+	counter := mustEncoding(b, tokens.O200kBase)
+	// The library's vocabulary from its embedded copy: its default loader downloads it.
+	tiktoken.SetBpeLoader(tiktokenloader.NewOfflineLoader())
 	pk, err := tiktoken.GetEncoding("o200k_base")
 	if err != nil {
 		b.Fatal(err)
