@@ -365,10 +365,11 @@ type exchange struct {
 // Session.AppendDeferred) while the request goes upstream. The write is not bound to the
 // client's connection: messages taken in are stored even if the client goes away.
 //
-// send starts it once the request is on its way: waking the writer costs a system call
-// (10-20 us, BenchmarkHandler's profile), which before the request's last byte is let go
-// is latency the client sees, after it is time the upstream takes anyway. awaitFlush starts
-// it on every other path.
+// For a request forwarded as the client's bytes, send starts it once the request is on its
+// way: waking the writer costs a system call (10-20 us, BenchmarkHandler's profile), which
+// before the last byte is let go is latency the client sees, after it is time the upstream
+// takes anyway. A rewritten request starts it before it is encoded (manage), and awaitFlush
+// on every other path.
 func (x *exchange) startFlush() {
 	if x.sess == nil || x.flush != nil {
 		return
@@ -723,6 +724,9 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 		return x.body, info, nil
 	}
 	logDecision(ctx, x.log, &p.Report, false)
+	// A rewritten request is placed and encoded before it goes: the write overlaps that
+	// (100K compacting 3.0-3.2x -> 2.9-3.0x the reverse proxy when it was made to).
+	x.startFlush()
 	// Breakpoints are placed on a rewritten request only: the client's own bytes carry its own.
 	x.place(&p)
 	out, err := x.encode(p.Request, p.Report.InputAfter)
