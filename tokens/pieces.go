@@ -175,9 +175,9 @@ func (c *pieceCache) next(t *pieceTable) *pieceTable {
 			k[w] = t.slots[i].key[w].Load()
 		}
 		size := int(m & 0x7F)
-		p := k.piece(size)
-		_, s := nt.find(c.hash(&k, size), p, &k)
-		nt.fill(s, c.hash(&k, size), size, int(m&pieceCountMask>>8), &k)
+		h := c.hash(&k, size)
+		_, s := nt.find(h, k.piece(size), &k)
+		nt.fill(s, h, size, int(m&pieceCountMask>>8), &k)
 	}
 	return nt
 }
