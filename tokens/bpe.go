@@ -300,21 +300,33 @@ func runClass(r rune) uint8 {
 	return 4
 }
 
+// asciiRunClass is runClass of each ASCII character.
+var asciiRunClass = func() (t [utf8.RuneSelf]uint8) {
+	for r := rune(0); r < utf8.RuneSelf; r++ {
+		t[r] = runClass(r)
+	}
+	return t
+}()
+
 // cutLongRuns calls fn with consecutive slices of s whose concatenation is s: s whole unless it
 // has a run of one class longer than limit bytes, in which case such runs are cut every limit
 // bytes (at rune boundaries). It returns the number of cuts.
 func cutLongRuns(s string, limit int, fn func(string)) int {
-	if len(s) <= limit {
+	if len(s) <= limit || !mayHaveLongRun(s, limit) {
 		fn(s)
 		return 0
 	}
+	return cutRuns(s, limit, fn)
+}
+
+// cutRuns is cutLongRuns scanning every rune.
+func cutRuns(s string, limit int, fn func(string)) int {
 	cuts := 0
 	start := 0    // start of the current slice
 	runStart := 0 // start of the current run, or of its part after the last cut
 	var cls uint8
 	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		c := runClass(r)
+		c, size := runClassAt(s, i)
 		if c != cls || c == classNumber {
 			// Numbers are pre-tokenized in groups of at most three digits: never cut.
 			cls, runStart = c, i
@@ -327,6 +339,53 @@ func cutLongRuns(s string, limit int, fn func(string)) int {
 	}
 	fn(s[start:])
 	return cuts
+}
+
+// runClassAt is runClass of the rune at s[i], and its size.
+func runClassAt(s string, i int) (uint8, int) {
+	if b := s[i]; b < utf8.RuneSelf {
+		return asciiRunClass[b], 1
+	}
+	r, n := utf8.DecodeRuneInString(s[i:])
+	return runClass(r), n
+}
+
+// mayHaveLongRun reports whether s may have a run that cutLongRuns cuts: false only when it
+// has none. Such a run spans limit+1 bytes of one class (numbers excepted), so it covers two
+// consecutive multiples of limit/2 and every rune between them; only where the runes at two
+// such points share a class is the stretch between them looked at, and in text that is
+// mostly a few runes. Scanning every rune of every text was a fifth of warm counting.
+func mayHaveLongRun(s string, limit int) bool {
+	step := max(limit/2, 1)
+	prev := uint8(0)
+	for m := 0; m < len(s); m += step {
+		at := m
+		for at > 0 && !utf8.RuneStart(s[at]) {
+			at--
+		}
+		c, _ := runClassAt(s, at)
+		if c == prev && c != classNumber && m >= step && sameClass(s, m-step, m, c) {
+			return true
+		}
+		prev = c
+	}
+	return false
+}
+
+// sameClass reports whether every rune of s from the one holding byte i to the one holding
+// byte j has class c.
+func sameClass(s string, i, j int, c uint8) bool {
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	for i <= j && i < len(s) {
+		ci, n := runClassAt(s, i)
+		if ci != c {
+			return false
+		}
+		i += n
+	}
+	return true
 }
 
 // replaceInvalid replaces each byte of s that is not part of valid UTF-8 by U+FFFD, as the

@@ -1,6 +1,7 @@
 package tokens
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -110,6 +111,7 @@ func TestPieceHashSpreads(t *testing.T) {
 	}
 	for i := 0; len(pieces) < pieceSlotsMax/2-1; i++ {
 		add(fmt.Sprint(i % 1000))
+		add(fmt.Sprintf(" %x", i))
 		add(fmt.Sprintf("pkg/mod%d/file%d.go", i%97, i))
 		add(strings.Repeat("a", i%33))
 		add(fmt.Sprintf("%031d", i))
@@ -126,7 +128,8 @@ func TestPieceHashSpreads(t *testing.T) {
 	mask := uint64(len(tab.slots) - 1)
 	total := 0
 	for _, p := range pieces {
-		k := packPiece(p)
+		var k pieceKey
+		k.pack(p)
 		h := c.hash(&k, len(p))
 		m, s := tab.find(h, p, &k)
 		if m == 0 {
@@ -137,5 +140,29 @@ func TestPieceHashSpreads(t *testing.T) {
 	}
 	if mean := float64(total) / float64(len(pieces)); mean > 2 {
 		t.Fatalf("%.2f slots probed a lookup on average, want about 1.5", mean)
+	}
+}
+
+// TestPackPiece: every length packs as the bytes copied into a zeroed key would; a wrong
+// key would make two pieces one.
+func TestPackPiece(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for n := 0; n <= maxCachedPiece; n++ {
+		for range 50 {
+			b := make([]byte, n)
+			for i := range b {
+				b[i] = byte(r.Uint32())
+			}
+			var pad [maxCachedPiece]byte
+			copy(pad[:], b)
+			var want pieceKey
+			for w := range want {
+				want[w] = binary.LittleEndian.Uint64(pad[w*8:])
+			}
+			got := pieceKey{1, 2, 3, 4}
+			if got.pack(string(b)); got != want {
+				t.Fatalf("pack(%x) = %x, want %x", b, got, want)
+			}
+		}
 	}
 }

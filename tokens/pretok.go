@@ -83,11 +83,16 @@ func isRegexSpace(r rune) bool {
 
 // classAt returns the classes of the rune at s[i] (0 past the end) and its size.
 func classAt(s string, i int) (uint8, int) {
+	if i < len(s) && s[i] < utf8.RuneSelf {
+		return asciiClass[s[i]], 1
+	}
+	return classOfRune(s, i)
+}
+
+// classOfRune is classAt decoding the rune.
+func classOfRune(s string, i int) (uint8, int) {
 	if i >= len(s) {
 		return 0, 0
-	}
-	if c := s[i]; c < utf8.RuneSelf {
-		return asciiClass[c], 1
 	}
 	r, n := utf8.DecodeRuneInString(s[i:])
 	return classOf(r), n
@@ -96,7 +101,14 @@ func classAt(s string, i int) (uint8, int) {
 // runOf returns the end of the run of runes from i that all have one of the classes in want.
 func runOf(s string, i int, want uint8) int {
 	for i < len(s) {
-		c, n := classAt(s, i)
+		if b := s[i]; b < utf8.RuneSelf { // classAt, inlined for ASCII
+			if asciiClass[b]&want == 0 {
+				break
+			}
+			i++
+			continue
+		}
+		c, n := classOfRune(s, i)
 		if c&want == 0 {
 			break
 		}
@@ -110,6 +122,11 @@ func contraction(s string, i int) int {
 	if i >= len(s) || s[i] != '\'' {
 		return 0
 	}
+	return contractionAt(s, i)
+}
+
+// contractionAt is contraction at an apostrophe.
+func contractionAt(s string, i int) int {
 	lower := func(j int) rune {
 		if j >= len(s) {
 			return -1

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -180,4 +181,34 @@ func TestCountsMatchLibrary(t *testing.T) {
 			}
 		}
 	}
+}
+
+// FuzzLongRuns: mayHaveLongRun never says no where cutRuns cuts, at any limit, so that
+// cutLongRuns cuts exactly where scanning every rune does. The text is built from runs of
+// runes of each class (ASCII and not, numbers too) whose lengths the input chooses.
+func FuzzLongRuns(f *testing.F) {
+	f.Add([]byte{9, 0, 40, 1, 3, 2}, uint8(8))
+	f.Add([]byte{200, 7, 13, 8, 255, 1}, uint8(16))
+	f.Add([]byte{17, 9, 17, 10, 17, 11}, uint8(1))
+	f.Add([]byte{63, 4, 33, 5, 65, 6}, uint8(32))
+	f.Add([]byte{1, 5, 9, 0}, uint8(7))        // a run of 9 from byte 1, limit 8: one sample in it at a step of 8
+	f.Add([]byte{1, 1, 2, 6, 9, 7}, uint8(15)) // the same in two- and three-byte runes
+	runes := []string{"a", "Z", "1", " ", "\n", ".", "é", "中", "٣", "\u00a0", "\u3000", "\t", "ß", "🙂"}
+	f.Fuzz(func(t *testing.T, spec []byte, lim uint8) {
+		limit := int(lim%64) + 1
+		var sb strings.Builder
+		for i := 0; i+1 < len(spec); i += 2 {
+			sb.WriteString(strings.Repeat(runes[int(spec[i+1])%len(runes)], int(spec[i])))
+		}
+		s := sb.String()
+		var whole, quick []string
+		cuts := cutRuns(s, limit, func(p string) { whole = append(whole, p) })
+		cutLongRuns(s, limit, func(p string) { quick = append(quick, p) })
+		if cuts > 0 && !mayHaveLongRun(s, limit) {
+			t.Fatalf("limit %d: %d cuts in %q, but mayHaveLongRun says none", limit, cuts, s)
+		}
+		if len(s) > limit && !slices.Equal(whole, quick) {
+			t.Fatalf("limit %d: cutLongRuns gives %q, cutRuns %q", limit, quick, whole)
+		}
+	})
 }
