@@ -234,6 +234,9 @@ func splitO200k(s string, fn func(string)) {
 }
 
 func o200kPiece(s string, i int) int {
+	if end, ok := o200kASCII(s, i); ok {
+		return end
+	}
 	// The engine tries alternative 1 with the optional prefix, then without, then
 	// alternative 2 likewise (a mark can be the prefix or part of the letters).
 	p := prefixLen(s, i)
@@ -255,6 +258,87 @@ func o200kPiece(s string, i int) int {
 		}
 	}
 	return otherPiece(s, i, func(r rune) bool { return r == '\r' || r == '\n' || r == '/' })
+}
+
+// o200kASCII is o200kPiece where the piece is decided by ASCII bytes alone: the same
+// alternatives in the same order, each class a table lookup. It reports false as soon as it
+// would have to classify a byte that is not ASCII (a letter, number or space may go on
+// there), and o200kPiece then takes the general path from the start. An agent's tool
+// output is mostly ASCII, and calling classAt for each of its bytes was a third of
+// counting it.
+func o200kASCII(s string, i int) (int, bool) {
+	const nonWord = clsSpace | clsLetter | clsNumber
+	c := s[i]
+	if c >= utf8.RuneSelf {
+		return 0, false
+	}
+	cls := asciiClass[c]
+	// [^\r\n\p{L}\p{N}]?[UP]*[LO]+ and [^\r\n\p{L}\p{N}]?[UP]+[LO]*: in ASCII no rune is both,
+	// so the longest UP run then the LO run after it; retrying without the prefix cannot
+	// match, the prefix being no letter.
+	start := i
+	if cls&(clsLetter|clsNumber|clsNewline) == 0 {
+		start = i + 1
+	}
+	j := start
+	for j < len(s) && s[j] < utf8.RuneSelf && asciiClass[s[j]]&clsUpper != 0 {
+		j++
+	}
+	for j < len(s) && s[j] < utf8.RuneSelf && asciiClass[s[j]]&clsLower != 0 {
+		j++
+	}
+	if j < len(s) && s[j] >= utf8.RuneSelf {
+		return 0, false
+	}
+	if j > start {
+		return j + contraction(s, j), true
+	}
+	switch {
+	case cls&clsNumber != 0: // \p{N}{1,3}
+		j = i + 1
+		for n := 1; n < 3 && j < len(s); n++ {
+			if s[j] >= utf8.RuneSelf {
+				return 0, false
+			}
+			if asciiClass[s[j]]&clsNumber == 0 {
+				break
+			}
+			j++
+		}
+		return j, true
+	case cls&clsSpace == 0 || c == ' ' && i+1 < len(s) && s[i+1] < utf8.RuneSelf && asciiClass[s[i+1]]&nonWord == 0:
+		// ` ?[^\s\p{L}\p{N}]+[\r\n/]*`
+		j = i + 1 // the space, or the first of the run
+		for j < len(s) && s[j] < utf8.RuneSelf && asciiClass[s[j]]&nonWord == 0 {
+			j++
+		}
+		if j < len(s) && s[j] >= utf8.RuneSelf {
+			return 0, false
+		}
+		for j < len(s) && (s[j] == '\r' || s[j] == '\n' || s[j] == '/') {
+			j++
+		}
+		return j, true
+	case c == ' ' && i+1 < len(s) && s[i+1] >= utf8.RuneSelf:
+		return 0, false
+	}
+	// \s*[\r\n]+|\s+(?!\S)|\s+
+	lastNL := -1
+	for j = i; j < len(s) && s[j] < utf8.RuneSelf && asciiClass[s[j]]&clsSpace != 0; j++ {
+		if s[j] == '\r' || s[j] == '\n' {
+			lastNL = j
+		}
+	}
+	if j < len(s) && s[j] >= utf8.RuneSelf {
+		return 0, false
+	}
+	switch {
+	case lastNL >= 0:
+		return lastNL + 1, true
+	case j == len(s) || j-1 == i:
+		return j, true
+	}
+	return j - 1, true
 }
 
 // otherPiece matches the alternatives both patterns end with, at s[i]:

@@ -3,6 +3,7 @@ package tokens
 import (
 	"bytes"
 	"encoding/json"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -211,4 +212,27 @@ func FuzzLongRuns(f *testing.F) {
 			t.Fatalf("limit %d: cutLongRuns gives %q, cutRuns %q", limit, quick, whole)
 		}
 	})
+}
+
+// TestSplitMostlyASCII: strings drawn from the characters where o200kASCII decides or hands
+// over (each ASCII class, the apostrophe of contractions, '/', and a few non-ASCII letters,
+// marks, numbers and spaces next to them) split as the library's pattern splits them.
+func TestSplitMostlyASCII(t *testing.T) {
+	refs := compileRef(t)
+	alphabet := []string{"a", "z", "A", "Q", "0", "7", "1234", " ", " ", "\t", "\n", "\r", "\v", "\f", ".", "(", "'", "s", "t", "l", "/",
+		"é", "É", "\u0301", "٣", "\u00a0", "\u3000", "中", "ſ", "\u212a"}
+	r := rand.New(rand.NewPCG(3, 4))
+	n := 4000
+	if testing.Short() {
+		n = 500
+	}
+	for range n {
+		var sb strings.Builder
+		for k := r.IntN(24) + 1; k > 0; k-- {
+			sb.WriteString(alphabet[r.IntN(len(alphabet))])
+		}
+		for name, re := range refs {
+			checkSplit(t, name, re, sb.String())
+		}
+	}
 }
