@@ -307,7 +307,8 @@ func o200kASCII(s string, i int) (int, bool) {
 		}
 		return j, true
 	case cls&clsSpace == 0 || c == ' ' && i+1 < len(s) && s[i+1] < utf8.RuneSelf && asciiClass[s[i+1]]&nonWord == 0:
-		// ` ?[^\s\p{L}\p{N}]+[\r\n/]*`
+		// ` ?[^\s\p{L}\p{N}]+[\r\n/]*` (a byte after a space or tab that is not ASCII has
+		// handed over above, as the prefix's letters)
 		j = i + 1 // the space, or the first of the run
 		for j < len(s) && s[j] < utf8.RuneSelf && asciiClass[s[j]]&nonWord == 0 {
 			j++
@@ -319,8 +320,6 @@ func o200kASCII(s string, i int) (int, bool) {
 			j++
 		}
 		return j, true
-	case c == ' ' && i+1 < len(s) && s[i+1] >= utf8.RuneSelf:
-		return 0, false
 	}
 	// \s*[\r\n]+|\s+(?!\S)|\s+
 	lastNL := -1
