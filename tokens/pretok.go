@@ -267,7 +267,6 @@ func o200kPiece(s string, i int) int {
 // output is mostly ASCII, and calling classAt for each of its bytes was a third of
 // counting it.
 func o200kASCII(s string, i int) (int, bool) {
-	const nonWord = clsSpace | clsLetter | clsNumber
 	c := s[i]
 	if c >= utf8.RuneSelf {
 		return 0, false
@@ -293,9 +292,49 @@ func o200kASCII(s string, i int) (int, bool) {
 	if j > start {
 		return j + contraction(s, j), true
 	}
+	return otherASCII(s, i, true)
+}
+
+// cl100kASCII is o200kASCII for cl100k_base: a contraction, then
+// [^\r\n\p{L}\p{N}]?\p{L}+, then the alternatives both patterns end with.
+func cl100kASCII(s string, i int) (int, bool) {
+	c := s[i]
+	if c >= utf8.RuneSelf {
+		return 0, false
+	}
+	if c == '\'' {
+		if n := contractionAt(s, i); n > 0 {
+			return i + n, true
+		}
+	}
+	start := i
+	if asciiClass[c]&(clsLetter|clsNumber|clsNewline) == 0 {
+		start = i + 1
+	}
+	j := start
+	for j < len(s) && s[j] < utf8.RuneSelf && asciiClass[s[j]]&clsLetter != 0 {
+		j++
+	}
+	if j < len(s) && s[j] >= utf8.RuneSelf {
+		return 0, false
+	}
+	if j > start {
+		return j, true
+	}
+	return otherASCII(s, i, false)
+}
+
+// otherASCII is otherPiece for ASCII, after the letter alternatives failed at s[i] (which
+// is ASCII): \p{N}{1,3}| ?[^\s\p{L}\p{N}]+<tail>*|\s*[\r\n]+|\s+(?!\S)|\s+, the tail
+// [\r\n/] when slash, else [\r\n]. Like o200kASCII it reports false where a byte that is
+// not ASCII would decide.
+func otherASCII(s string, i int, slash bool) (int, bool) {
+	const nonWord = clsSpace | clsLetter | clsNumber
+	c := s[i]
+	cls := asciiClass[c]
 	switch {
 	case cls&clsNumber != 0: // \p{N}{1,3}
-		j = i + 1
+		j := i + 1
 		for n := 1; n < 3 && j < len(s); n++ {
 			if s[j] >= utf8.RuneSelf {
 				return 0, false
@@ -307,23 +346,24 @@ func o200kASCII(s string, i int) (int, bool) {
 		}
 		return j, true
 	case cls&clsSpace == 0 || c == ' ' && i+1 < len(s) && s[i+1] < utf8.RuneSelf && asciiClass[s[i+1]]&nonWord == 0:
-		// ` ?[^\s\p{L}\p{N}]+[\r\n/]*` (a byte after a space or tab that is not ASCII has
-		// handed over above, as the prefix's letters)
-		j = i + 1 // the space, or the first of the run
+		// ` ?[^\s\p{L}\p{N}]+<tail>*` (where the byte after a space or tab is not ASCII, the
+		// caller has handed over: its letter loop stopped there)
+		j := i + 1 // the space, or the first of the run
 		for j < len(s) && s[j] < utf8.RuneSelf && asciiClass[s[j]]&nonWord == 0 {
 			j++
 		}
 		if j < len(s) && s[j] >= utf8.RuneSelf {
 			return 0, false
 		}
-		for j < len(s) && (s[j] == '\r' || s[j] == '\n' || s[j] == '/') {
+		for j < len(s) && (s[j] == '\r' || s[j] == '\n' || slash && s[j] == '/') {
 			j++
 		}
 		return j, true
 	}
 	// \s*[\r\n]+|\s+(?!\S)|\s+
 	lastNL := -1
-	for j = i; j < len(s) && s[j] < utf8.RuneSelf && asciiClass[s[j]]&clsSpace != 0; j++ {
+	j := i
+	for ; j < len(s) && s[j] < utf8.RuneSelf && asciiClass[s[j]]&clsSpace != 0; j++ {
 		if s[j] == '\r' || s[j] == '\n' {
 			lastNL = j
 		}
@@ -383,6 +423,9 @@ func splitCL100k(s string, fn func(string)) {
 }
 
 func cl100kPiece(s string, i int) int {
+	if end, ok := cl100kASCII(s, i); ok {
+		return end
+	}
 	if n := contraction(s, i); n > 0 {
 		return i + n
 	}
