@@ -1,11 +1,8 @@
 package tokens
 
 import (
-	"bytes"
-	"encoding/base64"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"sync"
 	"unicode"
@@ -42,7 +39,7 @@ var encoders = map[string]func() (*encoding, error){
 // encoding is an exact BPE encoding: the merge ranks of its vocabulary, our pre-tokenizer for
 // its pattern, and a cache of piece counts.
 type encoding struct {
-	ranks  map[string]uint32
+	ranks  *rankTable
 	split  splitter
 	pieces pieceCache
 }
@@ -61,48 +58,6 @@ func loadEncoding(name string, split splitter) (*encoding, error) {
 	return e, nil
 }
 
-// parseRanks reads a .tiktoken file: one "<base64 token> <rank>" a line. The tokens are
-// decoded into one buffer and the map's keys are substrings of it: one allocation for all
-// the token bytes instead of one per token.
-func parseRanks(data []byte) (map[string]uint32, error) {
-	type entry struct{ from, to, rank uint32 }
-	entries := make([]entry, 0, bytes.Count(data, []byte{'\n'})+1)
-	buf := make([]byte, 0, len(data)*3/4)
-	for len(data) > 0 {
-		line := data
-		if i := bytes.IndexByte(data, '\n'); i >= 0 {
-			line, data = data[:i], data[i+1:]
-		} else {
-			data = nil
-		}
-		if len(line) == 0 {
-			continue
-		}
-		sp := bytes.IndexByte(line, ' ')
-		if sp < 0 {
-			return nil, fmt.Errorf("malformed vocabulary line %q", line)
-		}
-		from := len(buf)
-		buf = append(buf, make([]byte, base64.StdEncoding.DecodedLen(sp))...)
-		n, err := base64.StdEncoding.Decode(buf[from:], line[:sp])
-		if err != nil {
-			return nil, fmt.Errorf("vocabulary token %q: %w", line[:sp], err)
-		}
-		buf = buf[:from+n]
-		rank, err := strconv.ParseUint(string(line[sp+1:]), 10, 32)
-		if err != nil {
-			return nil, fmt.Errorf("vocabulary rank %q: %w", line[sp+1:], err)
-		}
-		entries = append(entries, entry{uint32(from), uint32(from + n), uint32(rank)})
-	}
-	all := string(buf)
-	ranks := make(map[string]uint32, len(entries))
-	for _, e := range entries {
-		ranks[all[e.from:e.to]] = e.rank
-	}
-	return ranks, nil
-}
-
 // noRank is the rank of a byte sequence that is not a token.
 const noRank = math.MaxUint32
 
@@ -113,7 +68,7 @@ func (e *encoding) bpeCount(p string) int {
 	if len(p) <= 1 {
 		return len(p)
 	}
-	if _, ok := e.ranks[p]; ok {
+	if _, ok := e.ranks.get(p); ok {
 		return 1
 	}
 	type part struct {
@@ -123,7 +78,7 @@ func (e *encoding) bpeCount(p string) int {
 	var stack [64]part
 	parts := stack[:0]
 	rank := func(from, to int) uint32 {
-		if r, ok := e.ranks[p[from:to]]; ok {
+		if r, ok := e.ranks.get(p[from:to]); ok {
 			return r
 		}
 		return noRank
