@@ -85,7 +85,7 @@ func (e *encoding) bpeCount(p string) int {
 	}
 	minRank, minAt := uint32(noRank), -1
 	for i := 0; i < len(p)-1; i++ {
-		r := rank(i, i+2)
+		r := e.ranks.pair(p[i], p[i+1])
 		if r < minRank {
 			minRank, minAt = r, i
 		}

@@ -60,6 +60,17 @@ func TestRankTable(t *testing.T) {
 					t.Fatalf("token %q: rank %d, %v; want %d", k, g, ok, r)
 				}
 			}
+			for a := range 256 {
+				for b := range 256 {
+					r, ok := want[string([]byte{byte(a), byte(b)})]
+					if !ok {
+						r = noRank
+					}
+					if g := got.pair(byte(a), byte(b)); g != r {
+						t.Fatalf("pair %q: rank %d, want %d", []byte{byte(a), byte(b)}, g, r)
+					}
+				}
+			}
 			rng := rand.New(rand.NewPCG(3, 4))
 			probes := 0
 			check := func(s string) {
