@@ -59,9 +59,9 @@ func (t *rankTable) get(s string) (uint32, bool) {
 }
 
 // pair returns the rank of the two bytes a, b as one token, or noRank. bpeCount starts by
-// ranking every adjacent pair of a piece's bytes: these lookups were about half of its
-// lookups, and a 256 KB array indexed by the two bytes answers them without a hash or a miss
-// in the 6 MB table.
+// ranking every adjacent pair of a piece's bytes (one lookup per byte, before any merge),
+// and a 256 KB array indexed by the two bytes answers them without a hash or a likely miss
+// in the table's megabytes.
 func (t *rankTable) pair(a, b byte) uint32 { return t.pairs[int(a)<<8|int(b)] }
 
 // len returns the number of tokens.
