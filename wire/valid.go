@@ -23,26 +23,19 @@ value:
 		return false
 	}
 	switch c := b[i]; {
-	case c == '{':
+	case c == '{' || c == '[':
 		if len(stack) == maxDepth {
 			return false
 		}
-		stack = append(stack, '{')
-		if i = skipSpace(b, i+1); i < len(b) && b[i] == '}' {
+		stack = append(stack, c)
+		// '}' and ']' are each two bytes after their opening bracket in ASCII.
+		if i = skipSpace(b, i+1); i < len(b) && b[i] == c+2 {
 			stack = stack[:len(stack)-1]
 			i++
 			goto after
 		}
-		goto key
-	case c == '[':
-		if len(stack) == maxDepth {
-			return false
-		}
-		stack = append(stack, '[')
-		if i = skipSpace(b, i+1); i < len(b) && b[i] == ']' {
-			stack = stack[:len(stack)-1]
-			i++
-			goto after
+		if c == '{' {
+			goto key
 		}
 		goto value
 	case c == '"':
