@@ -68,7 +68,7 @@ func (e *encoding) bpeCount(p string) int {
 	if len(p) <= 1 {
 		return len(p)
 	}
-	if _, ok := e.ranks.get(p); ok {
+	if e.ranks.rank(p) != noRank {
 		return 1
 	}
 	type part struct {
@@ -77,12 +77,6 @@ func (e *encoding) bpeCount(p string) int {
 	}
 	var stack [64]part
 	parts := stack[:0]
-	rank := func(from, to int) uint32 {
-		if r, ok := e.ranks.get(p[from:to]); ok {
-			return r
-		}
-		return noRank
-	}
 	minRank, minAt := uint32(noRank), -1
 	for i := 0; i < len(p)-1; i++ {
 		r := e.ranks.pair(p[i], p[i+1])
@@ -95,7 +89,7 @@ func (e *encoding) bpeCount(p string) int {
 	// pairRank is the rank of parts i and i+1 merged with i+2 (what merging at i+1 leaves).
 	pairRank := func(i int) uint32 {
 		if i+3 < len(parts) {
-			return rank(parts[i].start, parts[i+3].start)
+			return e.ranks.rank(p[parts[i].start:parts[i+3].start])
 		}
 		return noRank
 	}

@@ -66,11 +66,19 @@ func (k *pieceKey) pack(p string) {
 		p = p[8:]
 		w++
 	}
-	if n := len(p); n >= 4 { // two loads that overlap: the bytes they share are the same
-		k[w] = load32(p) | load32(p[n-4:])<<(8*(n-4))
-	} else if n > 0 {
-		k[w] = uint64(p[0]) | uint64(p[n/2])<<(8*(n/2)) | uint64(p[n-1])<<(8*(n-1))
+	if len(p) > 0 {
+		k[w] = loadShort(p)
 	}
+}
+
+// loadShort is p, of fewer than 8 bytes, little-endian in a word, zero-padded.
+func loadShort(p string) uint64 {
+	if n := len(p); n >= 4 { // two loads that overlap: the bytes they share are the same
+		return load32(p) | load32(p[n-4:])<<(8*(n-4))
+	} else if n > 0 {
+		return uint64(p[0]) | uint64(p[n/2])<<(8*(n/2)) | uint64(p[n-1])<<(8*(n-1))
+	}
+	return 0
 }
 
 // load64 is the first 8 bytes of p, little-endian (one load).

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/pkoukk/tiktoken-go-loader/assets"
@@ -56,8 +57,8 @@ func TestRankTable(t *testing.T) {
 			keys := make([]string, 0, len(want))
 			for k, r := range want {
 				keys = append(keys, k)
-				if g, ok := got.get(k); !ok || g != r {
-					t.Fatalf("token %q: rank %d, %v; want %d", k, g, ok, r)
+				if g := got.rank(k); g != r {
+					t.Fatalf("token %q: rank %d, want %d", k, g, r)
 				}
 			}
 			for a := range 256 {
@@ -76,14 +77,18 @@ func TestRankTable(t *testing.T) {
 			check := func(s string) {
 				probes++
 				r, ok := want[s]
-				g, gok := got.get(s)
-				if ok != gok || g != r {
-					t.Fatalf("%q: got %d, %v; want %d, %v", s, g, gok, r, ok)
+				if !ok {
+					r = noRank
+				}
+				if g := got.rank(s); g != r {
+					t.Fatalf("%q: rank %d, want %d", s, g, r)
 				}
 			}
 			for range 200000 {
 				k := keys[rng.IntN(len(keys))]
-				switch rng.IntN(4) {
+				switch rng.IntN(5) {
+				case 4: // zero bytes appended: a slot holds the first 8 bytes zero-padded
+					check(k + strings.Repeat("\x00", 1+rng.IntN(3)))
 				case 0: // a substring
 					i := rng.IntN(len(k))
 					check(k[i : i+rng.IntN(len(k)-i)+1])
@@ -101,6 +106,8 @@ func TestRankTable(t *testing.T) {
 					check(string(b))
 				}
 			}
+			check(strings.Repeat("a", maxTokenLen+1))
+			check("")
 			if probes == 0 {
 				t.Fatal("nothing probed")
 			}
@@ -120,10 +127,35 @@ func TestParseRanksErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r, ok := tab.get("a"); !ok || r != 3 || tab.len() != 2 {
-		t.Fatalf("a: %d, %v, len %d", r, ok, tab.len())
+	if r := tab.rank("a"); r != 3 || tab.len() != 2 {
+		t.Fatalf("a: %d, len %d", r, tab.len())
 	}
-	if _, ok := tab.get("c"); ok {
-		t.Fatal("c found")
+	if r := tab.rank("c"); r != noRank {
+		t.Fatalf("c: %d", r)
+	}
+}
+
+// TestAppendBase64: the hand-written decoder agrees with encoding/base64 on every length and
+// padding, and rejects what is not padded standard base64.
+func TestAppendBase64(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for n := 1; n < 40; n++ {
+		for range 200 {
+			b := make([]byte, n)
+			for i := range b {
+				b[i] = byte(rng.Uint32())
+			}
+			enc := base64.StdEncoding.EncodeToString(b)
+			got, err := appendBase64([]byte("x"), []byte(enc))
+			if err != nil || string(got) != "x"+string(b) {
+				t.Fatalf("%q: %q, %v; want %q", enc, got, err, b)
+			}
+		}
+	}
+	for _, bad := range []string{"", "YQ=", "YQ", "Y===", "YQ=a", "YQ==YQ==", "YQ-_", "YQ\n=", "====", "YQ==\x00"} {
+		if got, err := appendBase64(nil, []byte(bad)); err == nil {
+			_, lerr := base64.StdEncoding.DecodeString(bad)
+			t.Errorf("%q: %q, no error (encoding/base64: %v)", bad, got, lerr)
+		}
 	}
 }
