@@ -187,7 +187,7 @@ func (a *rawAgent) turn(ctx context.Context, n int, text string, stream bool, ou
 // 400 bytes, every twentieth about 6 KB (about 0.55 KB on average). The client resends its
 // whole history every request, so the soak's cost grows with the square of this size.
 func soakOutput(n int) string {
-	size := 120 + (n*2654435761)%280
+	size := 120 + int(int64(n)*2654435761%280)
 	if n%20 == 19 {
 		size = 5800 + n%200
 	}

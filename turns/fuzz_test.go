@@ -415,7 +415,7 @@ func checkNoSplit(t *testing.T, name string, raw []chat.Message, target, cut int
 func TestRepairValidUnchanged(t *testing.T) {
 	for seed := range 2000 {
 		data := make([]byte, seed%97)
-		x := uint32(seed*2654435761 + 1)
+		x := uint32(int64(seed)*2654435761 + 1)
 		for i := range data {
 			x ^= x << 13
 			x ^= x >> 17

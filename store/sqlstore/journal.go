@@ -241,7 +241,7 @@ func (j *journal) append(ctx context.Context, session string, at int, t time.Tim
 	}
 	r := jrec{seq: j.seq + 1, session: session, at: at, t: t.UnixNano(), hashes: hashes, bodies: bodies}
 	j.buf = appendRecord(j.buf[:0], &r)
-	if len(j.buf)-8 > maxRecord {
+	if int64(len(j.buf))-8 > maxRecord {
 		return fmt.Errorf("journal: an append of %d bytes is larger than a record may be", len(j.buf))
 	}
 	f := j.files[j.active]

@@ -564,7 +564,7 @@ func (s *Store) Messages(ctx context.Context, session string, from, to int) ([]c
 		from = 0
 	}
 	if to < 0 {
-		to = math.MaxInt64
+		to = math.MaxInt
 	}
 	if from >= to {
 		return []chat.Message{}, nil
@@ -736,7 +736,7 @@ func (s *Store) ReadArchive(ctx context.Context, session string, from, to int) (
 	}
 	defer s.end()
 	if to < 0 {
-		to = math.MaxInt64
+		to = math.MaxInt
 	}
 	if from >= to {
 		return []store.Archived{}, nil
