@@ -94,8 +94,8 @@ const hugePage = 2 << 20
 
 // newSlots returns n empty slots for t. A table of megabytes goes in memory backed by huge
 // pages where the system has them (mapHuge): every lookup reads a slot at random, and in 4 KB
-// pages most of those reads also missed the TLB. BenchmarkCountCold, 8 rounds alternating on
-// a 2-core VM: 28.9-33.7 -> 30.6-35.0 MB/s, medians 30.2 -> 33.1. The mapping is released
+// pages most of those reads also missed the TLB. BenchmarkCountCold on a 2-core VM, the median
+// of 20 rounds of both binaries back to back: 0.93x the time. The mapping is released
 // when t is unreachable (rank keeps t reachable until it has read its last slot).
 func (t *rankTable) newSlots(n int) []rankSlot {
 	size := n * int(unsafe.Sizeof(rankSlot{}))
