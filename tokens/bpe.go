@@ -113,8 +113,20 @@ func (e *encoding) bpeCount(p string) int {
 // piece returns the token count of one pre-tokenized piece. Byte-pair merges never cross
 // piece boundaries, and a piece alone pre-tokenizes as itself (FuzzSplit checks it), so the
 // count of the piece alone is its count in context.
+//
+// A piece of one or two bytes (a third of the golden texts' pieces) is counted without the
+// cache: every byte is a token, and two bytes are one token exactly when the pair table says
+// so (bpeCount would find the same).
 func (e *encoding) piece(p string) int {
-	if len(p) > maxCachedPiece {
+	switch {
+	case len(p) <= 1:
+		return len(p)
+	case len(p) == 2:
+		if e.ranks.pair(p[0], p[1]) != noRank {
+			return 1
+		}
+		return 2
+	case len(p) > maxCachedPiece:
 		return e.bpeCount(p)
 	}
 	if n, ok := e.pieces.get(p); ok {
