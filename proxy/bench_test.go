@@ -167,9 +167,9 @@ func (spec benchSpec) handler(dir string) (h http.Handler, closeFn func(), err e
 const benchServerEnv = "CTXMGR_BENCH_SERVER"
 
 // startBenchServer runs spec in a process of its own (this test binary, running
-// TestBenchServer) and returns its URL. The process ends when the benchmark does (its
-// standard input closes).
-func startBenchServer(b *testing.B, spec benchSpec) string {
+// TestBenchServer) and returns its URL and its process ID. The process ends when the
+// benchmark does (its standard input closes).
+func startBenchServer(b *testing.B, spec benchSpec) (string, int) {
 	js, _ := json.Marshal(spec)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestBenchServer$", "-test.count=1")
 	cmd.Env = append(os.Environ(), benchServerEnv+"="+string(js))
@@ -190,7 +190,35 @@ func startBenchServer(b *testing.B, spec benchSpec) string {
 	if err != nil || !strings.HasPrefix(line, "http://") {
 		b.Fatalf("bench server %s: %q, %v", js, line, err)
 	}
-	return strings.TrimSpace(line)
+	return strings.TrimSpace(line), cmd.Process.Pid
+}
+
+// processCPU is the CPU time the process pid has run so far, all its threads: the sum of
+// the first field of /proc/pid/task/*/schedstat (nanoseconds on a CPU, a finer clock than
+// the ticks of /proc/pid/stat). ok is false where there is no such file (not Linux, or a
+// kernel without schedstats). A thread that exits takes its time with it; a Go process
+// seldom ends one.
+func processCPU(pid int) (d time.Duration, ok bool) {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	if err != nil || len(tasks) == 0 {
+		return 0, false
+	}
+	for _, t := range tasks {
+		data, err := os.ReadFile(t)
+		if err != nil {
+			continue // the thread exited
+		}
+		f := strings.Fields(string(data))
+		if len(f) == 0 {
+			return 0, false
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		d += time.Duration(ns)
+	}
+	return d, true
 }
 
 // TestBenchServer is the process of one server of BenchmarkProxyOverhead (startBenchServer);
@@ -409,7 +437,11 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	// of its own, as deployed (startBenchServer): each collector is then paced by its own
 	// garbage, but every request wakes three processes, and on 2 cores the reverse proxy's
 	// own p50 was 2.5x the in-process one (README, "Added latency").
+	// Each process's CPU time per request is then reported beside the latencies (cpu-µs for
+	// ctxmgr, rp-cpu-µs for the reverse proxy; Linux): on 2 cores the three servers and the
+	// client compete for the CPU, and what a proxy adds to the latency follows what it spends.
 	procs := os.Getenv("CTXMGR_BENCH_PROCS") != ""
+	pids := map[string]int{} // URL -> process, with procs
 	// CTXMGR_BENCH_LINK=<MB/s> puts the proxies on a network: the client sends its bodies
 	// and the upstreams read theirs at that rate (a proxy shared by several clients, as a
 	// PostgreSQL deployment is), where a proxy that reads a body whole before sending it on
@@ -426,7 +458,9 @@ func BenchmarkProxyOverhead(b *testing.B) {
 			b.Cleanup(func() { srv.Close(); closeFn() })
 			return srv.URL
 		}
-		return startBenchServer(b, spec)
+		url, pid := startBenchServer(b, spec)
+		pids[url] = pid
+		return url
 	}
 	newProxy := func(b *testing.B, window int, up string) string {
 		return serve(b, benchSpec{Kind: "ctxmgr", Target: up, Window: window, Mem: mem, Shared: shared, NoCut: noCut})
@@ -505,6 +539,8 @@ func BenchmarkProxyOverhead(b *testing.B) {
 				post(b, client, buffering, "", body)
 			}
 			runtime.GC()
+			cpuOurs, okOurs := processCPU(pids[px])
+			cpuRP, okRP := processCPU(pids[plainProxy])
 			added := make([]time.Duration, 0, b.N)
 			anchor := make([]time.Duration, 0, b.N)
 			floor := make([]time.Duration, 0, b.N)
@@ -520,6 +556,14 @@ func BenchmarkProxyOverhead(b *testing.B) {
 				floor = append(floor, max(0, buffered-direct))
 			}
 			b.StopTimer()
+			if procs && okOurs && okRP {
+				ours, ok1 := processCPU(pids[px])
+				plain, ok2 := processCPU(pids[plainProxy])
+				if ok1 && ok2 {
+					b.ReportMetric(float64((ours-cpuOurs).Microseconds())/float64(b.N), "cpu-µs")
+					b.ReportMetric(float64((plain-cpuRP).Microseconds())/float64(b.N), "rp-cpu-µs")
+				}
+			}
 			b.ReportMetric(float64(percentile(added, 0.50).Microseconds()), "p50-µs")
 			b.ReportMetric(float64(percentile(added, 0.99).Microseconds()), "p99-µs")
 			b.ReportMetric(float64(percentile(anchor, 0.50).Microseconds()), "rp-p50-µs")
