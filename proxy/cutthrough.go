@@ -45,6 +45,8 @@ type cutThrough struct {
 	// transport reports the outcome of that write (httptrace WroteRequest), writing.
 	last, writing bool
 	writeErr      error
+	// then is commit's function, until it is called (fire).
+	then func()
 
 	cancel context.CancelFunc
 	done   chan struct{} // closed once resp and err are set
@@ -114,20 +116,25 @@ func (c *cutThrough) progress(n int) {
 	c.cond.Broadcast()
 }
 
-// commit lets the last byte go, calls then (the work that waits for the request to be on
-// its way, exchange.startFlush) and returns the upstream's answer. whole is false when the
+// commit lets the last byte go and returns the upstream's answer. whole is false when the
 // request failed and the upstream cannot have received it whole: the transport never took
 // the last byte, or writing it failed (the connection was lost while the proxy decided).
 // The caller then sends the body again, as any other.
+//
+// then, if not nil, is the work that waits for the request to be on its way (the store
+// write, exchange.prepareFlush). It is called once, on the transport's goroutine when the
+// transport reads past the last byte or closes the body (the last byte is then written:
+// net/http reads a body to its end and closes it before it reports the request written),
+// or by commit when the request ends without either.
 func (c *cutThrough) commit(then func()) (resp *http.Response, whole bool, err error) {
 	c.mu.Lock()
 	if c.state == cutStreaming {
-		c.state = cutCommitted
+		c.state, c.then = cutCommitted, then
 	}
 	c.mu.Unlock()
 	c.cond.Broadcast()
-	then()
 	<-c.done
+	c.fire(true)
 	if c.err == nil {
 		return c.resp, true, nil
 	}
@@ -150,6 +157,23 @@ func (c *cutThrough) commit(then func()) (resp *http.Response, whole bool, err e
 	whole = c.last && c.writeErr == nil
 	c.mu.Unlock()
 	return c.resp, whole, c.err
+}
+
+// fire calls commit's then, if it has not been called: at once, or once the transport has
+// taken the last byte.
+func (c *cutThrough) fire(now bool) {
+	c.mu.Lock()
+	then := c.then
+	if !now && !c.last {
+		then = nil
+	}
+	if then != nil {
+		c.then = nil
+	}
+	c.mu.Unlock()
+	if then != nil {
+		then()
+	}
 }
 
 // abort ends the request before its last byte, and waits for it to be over: the upstream
@@ -207,6 +231,7 @@ func (r *cutReader) Read(p []byte) (int, error) {
 		}
 		if r.off == len(buf) {
 			c.mu.Unlock()
+			c.fire(false) // the transport wrote the last byte and reads past it (commit)
 			return 0, io.EOF
 		}
 		lim := c.n
@@ -231,6 +256,7 @@ func (r *cutReader) Read(p []byte) (int, error) {
 
 func (r *cutReader) Close() error {
 	r.once.Do(r.c.body.release)
+	r.c.fire(false) // after the last byte, the transport is done with it (commit)
 	return nil
 }
 

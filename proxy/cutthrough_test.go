@@ -368,3 +368,67 @@ func TestCutThroughSendsAgainWhenLostBeforeTheEnd(t *testing.T) {
 		t.Errorf("committed %v, failed %v; want 2, 1", c, f)
 	}
 }
+
+// transportFunc is an http.RoundTripper of a function.
+type transportFunc func(*http.Request) (*http.Response, error)
+
+func (f transportFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// The work commit is given (the store write) starts once the transport has taken the
+// body's last byte, never before: started when the last byte is let go, it ran ahead of
+// the transport's goroutine. It starts exactly once, also when the transport fails without
+// the last byte.
+func TestCutThroughCommitStartsThenAfterTheLastByte(t *testing.T) {
+	body := bytes.Repeat([]byte("x"), 4096)
+	for _, c := range []struct {
+		name  string
+		read  bool // the transport reads the body to its end
+		whole bool
+	}{{"written", true, true}, {"failed before the body", false, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			var got atomic.Int64 // bytes the transport has read
+			var then atomic.Int32
+			var readWhenThen atomic.Int64
+			tr := transportFunc(func(r *http.Request) (*http.Response, error) {
+				defer r.Body.Close()
+				if !c.read {
+					return nil, io.ErrUnexpectedEOF
+				}
+				buf := make([]byte, 1000)
+				for {
+					n, err := r.Body.Read(buf)
+					got.Add(int64(n))
+					if err == io.EOF {
+						break
+					}
+					if err != nil {
+						return nil, err
+					}
+				}
+				return &http.Response{StatusCode: 200, Body: io.NopCloser(bytes.NewReader(nil)), Header: http.Header{}}, nil
+			})
+			x := &exchange{s: &Server{cfg: Config{HTTPClient: &http.Client{Transport: tr}}},
+				r: httptest.NewRequest("POST", "/v1/chat/completions", nil)}
+			sb := &sentBody{buf: append([]byte(nil), body...), pool: &bufferPool{}}
+			sb.refs.Store(1)
+			cut := x.startCutThrough(sb, len(body), "http://upstream.invalid/v1/chat/completions")
+			resp, whole, err := cut.commit(func() {
+				then.Add(1)
+				readWhenThen.Store(got.Load())
+			})
+			if whole != c.whole {
+				t.Fatalf("whole = %v (err %v), want %v", whole, err, c.whole)
+			}
+			if resp != nil {
+				resp.Body.Close()
+			}
+			cut.cancel()
+			if n := then.Load(); n != 1 {
+				t.Fatalf("then called %d times, want once", n)
+			}
+			if c.read && readWhenThen.Load() != int64(len(body)) {
+				t.Fatalf("then called when the transport had read %d of %d bytes", readWhenThen.Load(), len(body))
+			}
+		})
+	}
+}
