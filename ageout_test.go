@@ -3,6 +3,7 @@ package ctxmgr
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/ctxmgr/ctxmgr/chat"
@@ -59,7 +60,7 @@ func TestAgeOutWaitsForDueResult(t *testing.T) {
 	ctx := context.Background()
 	_, s := testManager(t, Config{ToolResultCap: 100000, AgeOut: true, OldToolResultCap: 1000, RecentToolResults: 2})
 	appendAll(t, s, chat.TextMessage(chat.RoleUser, "go"))
-	smallCalls(t, s, "w", 30)
+	smallCalls(t, s, "w", 10)
 	x := len(s.entries) + 1
 	// ~12,000 tokens: alone, its age-out pays against the ~7,800 sent after it.
 	appendAll(t, s, call("x"), chat.ToolResult("x", "bash", lines(1900, "first output line"), false))
@@ -90,34 +91,90 @@ func TestAgeOutWaitsForDueResult(t *testing.T) {
 	}
 }
 
-// Paging through a document: a ranged read that a later read of the same file follows has
-// been paged past, and ages out like an older result even while it is among the newest, so
-// that the pages read before stay small.
-func TestPagedReadAgesOut(t *testing.T) {
+// Paging through a document: an agent that reads a document page after page, naming nothing
+// of it, is gathering the pages for its answer. The pages stay whole while it reads and after,
+// with no evidence that it will not quote them, even far from the newest results and with
+// many calls to come.
+func TestPagesKeptForTheAnswer(t *testing.T) {
 	ctx := context.Background()
-	_, s := testManager(t, Config{ToolResultCap: 100000, AgeOut: true, OldToolResultCap: 1000, RecentToolResults: 2})
+	_, s := testManager(t, Config{ToolResultCap: 100000, AgeOut: true, OldToolResultCap: 1000, RecentToolResults: 2, CostMaskKeep: 2})
 	appendAll(t, s, chat.TextMessage(chat.RoleUser, "quote /doc.md"))
-	smallCalls(t, s, "w", 9)
-	first := len(s.entries) + 1
-	appendAll(t, s, readCall("p1", "/doc.md", 1, 300), chat.ToolResult("p1", "Read", lines(300, "The config_option option (default 1) controls"), false))
-	if _, err := s.Prepare(ctx); err != nil {
-		t.Fatal(err)
+	smallCalls(t, s, "w", 30)
+	var pages []int
+	for k := 0; k < 8; k++ {
+		pages = append(pages, len(s.entries)+1)
+		id := fmt.Sprintf("p%d", k)
+		appendAll(t, s, readCall(id, "/doc.md", 1+300*k, 300), chat.ToolResult(id, "Read", lines(300, fmt.Sprintf("Section %d: the option_%d_value (default %d) controls", k, k, k)), false))
+		if _, err := s.Prepare(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
-	appendAll(t, s, readCall("p2", "/doc.md", 301, 300), chat.ToolResult("p2", "Read", lines(300, "The other_option option (default 2) controls"), false))
-	if _, err := s.Prepare(ctx); err != nil {
-		t.Fatal(err)
+	for _, i := range pages {
+		if k := viewKindAt(s, i); k != viewOriginal {
+			t.Fatalf("page at %d cut while the agent reads: %v", i, k)
+		}
 	}
-	if k := viewKindAt(s, first); k != viewRetruncated {
-		t.Fatalf("page read past not aged out: %v", k)
+}
+
+// What the session shows decides: the same command outputs are let go in a session whose
+// agent never names anything of them again, and kept in one whose agent keeps quoting outputs
+// a few results back (those within its reach stay whole).
+func TestReuseLearnedFromTheSession(t *testing.T) {
+	run := func(quotes bool) (cut int, recent []viewKind) {
+		t.Helper()
+		ctx := context.Background()
+		_, s := testManager(t, Config{ToolResultCap: 100000, AgeOut: true, OldToolResultCap: 1000, RecentToolResults: 2, CostMaskKeep: 2})
+		appendAll(t, s, chat.TextMessage(chat.RoleUser, "investigate"))
+		var outs []int
+		for k := 0; k < 40; k++ {
+			if _, err := s.Prepare(ctx); err != nil {
+				t.Fatal(err)
+			}
+			text := "running the next check"
+			if quotes && k >= 4 {
+				// Names, for the first time, a term from the middle of the output four results back.
+				text = fmt.Sprintf("the earlier output said value_%d_%d", k-4, 75)
+			}
+			id := fmt.Sprintf("b%d", k)
+			appendAll(t, s, chat.Message{Role: chat.RoleAssistant, Content: []chat.Part{{Type: chat.PartText, Text: text}},
+				ToolCalls: []chat.ToolCall{{ID: id, Name: "bash", Arguments: fmt.Sprintf(`{"command":"./check %d"}`, k)}}})
+			var out strings.Builder
+			for l := 0; l < 150; l++ {
+				fmt.Fprintf(&out, "check %d line %d: value_%d_%d is fine\n", k, l, k, l)
+			}
+			outs = append(outs, len(s.entries))
+			appendAll(t, s, chat.ToolResult(id, "bash", out.String(), false))
+		}
+		if _, err := s.Prepare(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, i := range outs {
+			if viewKindAt(s, i) != viewOriginal {
+				cut++
+			}
+		}
+		for _, i := range outs[len(outs)-6 : len(outs)-2] {
+			recent = append(recent, viewKindAt(s, i))
+		}
+		return cut, recent
 	}
-	if k := viewKindAt(s, first+2); k != viewOriginal {
-		t.Fatalf("newest page aged out: %v", k)
+	silent, _ := run(false)
+	quoting, recent := run(true)
+	t.Logf("outputs cut: %d of 40 when the agent never looks back, %d when it quotes", silent, quoting)
+	if silent < 20 || quoting >= silent {
+		t.Fatalf("outputs cut: %d when the agent never looks back, %d when it quotes", silent, quoting)
+	}
+	for _, k := range recent {
+		if k != viewOriginal {
+			t.Fatalf("an agent quoting four results back: outputs within its reach cut: %v", recent)
+		}
 	}
 }
 
 // A page read past in order (the next read of its file begins where it ended) ages out to
 // PagedPastCap; a range the next read of its file does not continue (an agent looking at
-// ranges of code) to OldToolResultCap.
+// ranges of code) to OldToolResultCap. Both are cut only once the session shows that its agent
+// does not use them: many calls after the reading, naming nothing of them.
 func TestPagedPastCap(t *testing.T) {
 	ctx := context.Background()
 	_, s := testManager(t, Config{ToolResultCap: 100000, AgeOut: true, OldToolResultCap: 3000, PagedPastCap: 1000, RecentToolResults: 2})
@@ -136,7 +193,7 @@ func TestPagedPastCap(t *testing.T) {
 	read("p2", "/doc.md", 301, 300, "The other_option option (default 2) controls")
 	code1 := read("c1", "/code.go", 100, 200, "func handler(ctx context.Context) error { return nil }")
 	read("c2", "/code.go", 20, 60, "func other(ctx context.Context) error { return nil }")
-	smallCalls(t, s, "x", 6)
+	smallCalls(t, s, "x", 120)
 	size := func(i int) int {
 		s.mu.Lock()
 		defer s.mu.Unlock()

@@ -44,29 +44,31 @@ func (p Prices) validate() error {
 // the reply and what follows it are new and billed uncached whether or not the rewrite is
 // made) are billed uncached instead of cached, a one-off miss of after*(Uncached-Cached). In
 // exchange every later call sends saved fewer tokens, which would have been cached:
-// saved*Cached per call. How many calls are still to come is unknown; by the Copernican
-// argument (the present call is at a uniformly random point of the run), more than a third of
-// the calls made so far remain with probability 3/4, so the estimate is calls/3, and a rewrite
-// that pays under it pays off at least 3 times in 4. Early in a run that estimate says less
-// than the run is known to hold: an agent in its tool loop makes a few more calls, so it is at
-// least 3 (on the tuning runs, a floor of 1 left the first pages of a long read whole, then
-// deep in the prefix, for the whole run).
+// saved*Cached per call. How many calls are still to come is unknown; the estimate is
+// RemainingCalls: as many again as were made so far (the median under the Copernican
+// argument: the present call is at a uniformly random point of the run), and at least 3 (an
+// agent in its tool loop makes a few more calls).
 //
 // Expected returns the expected net saving in base-price tokens (positive: the rewrite pays):
 //
-//	max(3, calls/3) * saved * Cached  -  after * (Uncached - Cached)
+//	RemainingCalls(calls) * saved * Cached  -  after * (Uncached - Cached)
 //
-// Summarizing is not decided here: it runs only under window pressure (the threshold), where
-// the request must shrink whatever the cache says, and it costs an LLM call besides. The
-// ingestion cap changes nothing already sent (a result is capped before it is ever sent), so
-// it costs no cache miss and needs no decision: the cap only trades recall for size.
+// A lossy rewrite also removes what the agent may need again: its price includes the
+// expected read-back (see rewriteCandidate.risk and bestBatch). Summarizing is not decided
+// here: it runs only under window pressure (the threshold), where the request must shrink
+// whatever the cache says, and it costs an LLM call besides. The ingestion cap changes
+// nothing already sent (a result is capped before it is ever sent), so it costs no cache miss
+// and needs no decision: the cap only trades recall for size.
 func (p Prices) Expected(saved, after, calls int) float64 {
 	if saved <= 0 {
 		return -float64(after) * (p.Uncached - p.Cached)
 	}
-	remaining := max(3, float64(calls)/3)
-	return remaining*float64(saved)*p.Cached - float64(after)*(p.Uncached-p.Cached)
+	return RemainingCalls(calls)*float64(saved)*p.Cached - float64(after)*(p.Uncached-p.Cached)
 }
+
+// RemainingCalls is the cost model's estimate of the calls still to come in a run that has
+// made calls calls: as many again, and at least 3.
+func RemainingCalls(calls int) float64 { return max(3, float64(calls)) }
 
 // Pays reports whether a rewrite saving saved tokens per call, with after tokens from its
 // change point on, pays after calls calls (see Expected).
@@ -74,28 +76,54 @@ func (p Prices) Pays(saved, after, calls int) bool {
 	return saved > 0 && p.Expected(saved, after, calls) >= 0
 }
 
-// rewriteCandidate is one message a rewrite could replace: its history position and the
-// tokens it would save.
+// rewriteCandidate is one message a rewrite could replace: its history position, the tokens
+// it would save, and, for a lossy rewrite, the expected cost per call of reading back what it
+// removes (risk, in the price unit: see readBackRisk).
 type rewriteCandidate struct {
 	pos, save int
+	risk      float64
 	kind      viewKind // the view it would get
+}
+
+// lossyMargin is how much a lossy rewrite made without window pressure must save beyond what
+// it is expected to cost: its batch is made only when the expected saving exceeds the cache
+// miss and the expected read-back by half of them. A lossless batch (superseded copies only)
+// needs no margin.
+const lossyMargin = 0.5
+
+// readBackRisk is the expected cost per call of removing text from a message of tokens
+// tokens: hazard, the chance per call that the agent needs what was removed (see reuse.go),
+// times reading the message back, its tokens billed uncached.
+func (p Prices) readBackRisk(hazard float64, tokens int) float64 {
+	return hazard * float64(tokens) * p.Uncached
 }
 
 // bestBatch picks, among candidates sorted by ascending position, the batch that pays best:
 // all candidates from some index on (a batch shares one cache miss, the one from its first
 // change point, so taking every later candidate with it costs nothing more). tail(pos) is the
-// number of tokens currently sent from position pos on. It returns the index the batch starts
-// at (len(cands) when nothing pays) and the batch's expected net saving.
+// number of tokens currently sent from position pos on. A batch's value is what it saves over
+// the calls to come (see Expected) less its cache miss and, for the calls to come, the
+// expected read-back of its lossy candidates; a batch with lossy candidates must exceed those
+// costs by lossyMargin of them. It returns the index the batch starts at (len(cands) when
+// nothing pays) and the batch's expected net saving.
 func (p Prices) bestBatch(cands []rewriteCandidate, tail func(pos int) int, calls int) (int, float64) {
 	best, bestVal := len(cands), 0.0
-	saved := 0
+	saved, risk := 0, 0.0
+	remaining := RemainingCalls(calls)
 	for k := len(cands) - 1; k >= 0; k-- {
 		saved += cands[k].save
+		risk += cands[k].risk
 		// After the rewrite, the tail from the first change point is smaller by what the
 		// batch saves.
-		after := tail(cands[k].pos) - saved
-		if v := p.Expected(saved, max(after, 0), calls); v > bestVal {
-			best, bestVal = k, v
+		after := max(tail(cands[k].pos)-saved, 0)
+		miss := float64(after) * (p.Uncached - p.Cached)
+		readBack := remaining * risk
+		net := remaining*float64(saved)*p.Cached - miss - readBack
+		if risk > 0 && net < lossyMargin*(miss+readBack) {
+			continue
+		}
+		if net > bestVal {
+			best, bestVal = k, net
 		}
 	}
 	return best, bestVal

@@ -7,9 +7,9 @@ import (
 
 func TestPricesExpected(t *testing.T) {
 	p := PricesAnthropic
-	// 30 calls so far: 10 expected to come. Saving 1000 tokens a call at 0.1 = 1000; the miss
+	// 30 calls so far: 30 expected to come. Saving 1000 tokens a call at 0.1 = 3000; the miss
 	// of 5000 tokens at 1.15 = 5750: does not pay.
-	if got := p.Expected(1000, 5000, 30); got != 10*1000*0.1-5000*1.15 {
+	if got := p.Expected(1000, 5000, 30); got != 30*1000*0.1-5000*1.15 {
 		t.Fatalf("Expected = %v", got)
 	}
 	if p.Pays(1000, 5000, 30) {
@@ -17,7 +17,7 @@ func TestPricesExpected(t *testing.T) {
 	}
 	// Near the end of the request (small tail) the same saving pays.
 	if !p.Pays(1000, 500, 30) {
-		t.Fatal("a rewrite saving 1000 tokens for 10 calls with a 500-token tail does not pay")
+		t.Fatal("a rewrite saving 1000 tokens for 30 calls with a 500-token tail does not pay")
 	}
 	// More calls so far: more to come, so a larger tail pays.
 	if !p.Pays(1000, 5000, 300) {
@@ -46,7 +46,7 @@ func TestBestBatch(t *testing.T) {
 	cands := []rewriteCandidate{{pos: 10, save: 100}, {pos: 50, save: 3000}, {pos: 90, save: 3000}}
 	tails := map[int]int{10: 40000, 50: 12000, 90: 4000}
 	tail := func(pos int) int { return tails[pos] }
-	from, v := p.bestBatch(cands, tail, 30)
+	from, v := p.bestBatch(cands, tail, 10)
 	// From 90: 10*3000*0.1 - 1000*1.15 = 1850; from 50: 6000 - 6000*1.15 = -900; from 10 worse.
 	if from != 2 || v != 3000-1000*1.15 {
 		t.Fatalf("bestBatch = %d, %v; want 2, %v", from, v, 3000-1000*1.15)
@@ -54,6 +54,17 @@ func TestBestBatch(t *testing.T) {
 	// With many calls to come, the whole batch pays best.
 	if from, _ := p.bestBatch(cands, tail, 30000); from != 0 {
 		t.Fatalf("bestBatch after 30000 calls starts at %d; want 0", from)
+	}
+	// A lossy candidate pays only beyond its expected read-back, by half of its costs again:
+	// from 90 alone, 10*(3000*0.1 - 150) - 1150 = 350 is below half of 1150 + 1500.
+	lossy := []rewriteCandidate{{pos: 90, save: 3000, risk: 150}}
+	if from, v := p.bestBatch(lossy, tail, 10); from != 1 || v != 0 {
+		t.Fatalf("lossy batch short of its margin made: %d, %v", from, v)
+	}
+	// With less risk it pays: 10*(300-20) - 1150 = 1650 >= (1150+200)/2.
+	lossy[0].risk = 20
+	if from, v := p.bestBatch(lossy, tail, 10); from != 0 || v != 10*(300-20)-1150 {
+		t.Fatalf("lossy batch past its margin not made: %d, %v", from, v)
 	}
 	// Nothing pays: none.
 	if from, v := p.bestBatch([]rewriteCandidate{{pos: 1, save: 10}}, func(int) int { return 100000 }, 3); from != 1 || v != 0 {

@@ -76,3 +76,16 @@ func (st *supState) inPlay(line string) bool {
 	})
 	return found
 }
+
+// collectNew appends to st.newTerms the identifiers of text not in play yet.
+func (st *supState) collectNew(text string) {
+	eachIdentifier(text, func(t string) {
+		if !st.terms[t] && !st.isNew[t] {
+			if st.isNew == nil {
+				st.isNew = map[string]bool{}
+			}
+			st.isNew[t] = true
+			st.newTerms = append(st.newTerms, t)
+		}
+	})
+}

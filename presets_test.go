@@ -196,8 +196,8 @@ func TestPresetCowAgent(t *testing.T) {
 
 // The default preset's documented rules: tool results above 10,000 bytes are capped at
 // ingestion, a requested read keeps up to 40,000 bytes, the threshold is 95% with a 20%
-// reserve, and the cost model (superseding, age-out; no cost masking below the threshold) and
-// masking before summarizing are on.
+// reserve, and the cost model (superseding, age-out to a snippet or a stub beyond the 2
+// newest) and masking before summarizing are on.
 func TestPresetDefault(t *testing.T) {
 	cfg, err := Preset(PresetDefault, 200000, 32000)
 	if err != nil {
@@ -205,7 +205,7 @@ func TestPresetDefault(t *testing.T) {
 	}
 	eff := cfg.WithDefaults()
 	if eff.ToolResultCap != 10000 || eff.RequestedReadCap != 40000 || eff.Budget.Threshold != 0.95 || eff.Budget.Reserve != 0.20 ||
-		!eff.AgeOut || !eff.Supersede || eff.CostMaskKeep != 0 || !eff.MaskBeforeSummary || eff.OldToolResultCap != 3000 || eff.PagedPastCap != 1000 ||
+		!eff.AgeOut || !eff.Supersede || eff.CostMaskKeep != 2 || !eff.MaskBeforeSummary || eff.OldToolResultCap != 3000 || eff.PagedPastCap != 0 ||
 		eff.DisableOffload || eff.DisableMasking || eff.Seed != (SeedRules{}) {
 		t.Fatalf("default preset: %+v", eff)
 	}

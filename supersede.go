@@ -29,6 +29,9 @@ type supState struct {
 	terms    map[string]bool       // identifiers in play (inplay.go)
 	lastRead map[string]int        // file -> position of its latest read
 	nextRead map[int]int           // read position -> position of the next read of its file
+	reuse    reuseState            // how often the agent looks back (reuse.go)
+	newTerms []string              // scratch: an assistant message's terms not yet in play
+	isNew    map[string]bool       // scratch: newTerms as a set
 }
 
 // scan classifies the entries appended since the last scan and records which earlier
@@ -40,8 +43,28 @@ func (st *supState) scan(s *Session) {
 	extra := s.m.cfg.ReadTools
 	for i := st.scanned; i < len(s.entries); i++ {
 		m := &s.entries[i].orig
+		if m.Role == chat.RoleAssistant {
+			// What the agent names for the first time: the events of reuse learning.
+			st.newTerms = st.newTerms[:0]
+			clear(st.isNew)
+			for _, tc := range m.ToolCalls {
+				st.collectNew(tc.Arguments)
+			}
+			for _, p := range m.Content {
+				if p.Type == chat.PartText {
+					st.collectNew(p.Text)
+				}
+			}
+			reading := len(m.ToolCalls) > 0
+			for _, tc := range m.ToolCalls {
+				reading = reading && st.paged(classify(tc, extra))
+			}
+			st.reuse.onAssistant(st.newTerms, s.m.cfg.RecentToolResults, reading)
+		}
 		for _, tc := range m.ToolCalls {
-			st.calls[tc.ID] = classify(tc, extra)
+			a := classify(tc, extra)
+			a.tool = tc.Name
+			st.calls[tc.ID] = a
 			st.addTerms(tc.Arguments)
 		}
 		if m.Role == chat.RoleUser || m.Role == chat.RoleAssistant {
@@ -59,6 +82,9 @@ func (st *supState) scan(s *Session) {
 			continue
 		}
 		delete(st.calls, m.ToolCallID)
+		if capBytes := s.m.cfg.OldToolResultCap; capBytes > 0 {
+			st.reuse.onResult(i, fullText(m), a, st.paged(a), capBytes*2/3, capBytes/3)
+		}
 		if a.kind == actOther {
 			// Another tool's result is superseded only by the very same result again.
 			h := fnv.New64a()
@@ -86,6 +112,19 @@ func (st *supState) scan(s *Session) {
 		st.byKey[a.key] = append(kept, i)
 	}
 	st.scanned = len(s.entries)
+}
+
+// paged reports whether a is a page of a document read in order: a ranged read that starts
+// at the first line, or where the latest read of the same file ended.
+func (st *supState) paged(a toolAction) bool {
+	if !a.ranged() {
+		return false
+	}
+	if a.from <= 1 {
+		return a.to > 0
+	}
+	prev, ok := st.lastRead[a.key]
+	return ok && st.actions[prev].to > 0 && a.from == st.actions[prev].to+1
 }
 
 // economize makes the rewrites of old tool results that pay, as one batch: superseded
@@ -138,25 +177,56 @@ func (s *Session) ageCandidates(cands []rewriteCandidate) []rewriteCandidate {
 			// ages out like an older result, while its tail is still short.
 			r = max(r, cfg.RecentToolResults)
 		}
-		if taken[i] || i == s.pinned {
+		if taken[i] || i == s.pinned || r < cfg.RecentToolResults {
 			continue
 		}
-		if cfg.CostMaskKeep > 0 && r >= cfg.CostMaskKeep && (e.kind == viewOriginal || e.kind == viewOffloaded || e.kind == viewRetruncated) {
-			const stubTokens = 60
-			if save := e.tokens - stubTokens; save >= stubTokens {
-				cands = append(cands, rewriteCandidate{pos: i, save: save, kind: viewMasked})
-			}
-			continue
-		}
-		if r < cfg.RecentToolResults || e.size <= cfg.OldToolResultCap || (e.kind != viewOriginal && e.kind != viewOffloaded) {
-			continue
-		}
-		keep := e.tokens * s.ageCap(i) / max(1, textBytes(&e.view))
-		if save := e.tokens - keep; save > 0 {
-			cands = append(cands, rewriteCandidate{pos: i, save: save, kind: viewRetruncated})
+		if c, ok := s.ageOption(i, e, r); ok {
+			cands = append(cands, c)
 		}
 	}
 	return cands
+}
+
+// ageOption returns the lossy rewrite of old tool result i (r newer results follow it) that
+// is worth most per call, if one is worth anything: cutting it to its age-out cap (a snippet:
+// head, tail and the lines holding identifiers in play) or, with Config.CostMaskKeep and r at
+// least that, masking it to a stub. Each is worth the tokens it saves at the cached price,
+// less the expected cost of reading back what it removes (Prices.readBackRisk with the
+// session's learned hazard for that kind of result: the middle's for a snippet, the whole
+// result's for a stub).
+func (s *Session) ageOption(i int, e *entry, r int) (rewriteCandidate, bool) {
+	cfg := &s.m.cfg
+	p := cfg.Prices
+	whole, middle := s.sup.reuse.hazard(i, s.sup.actions[i])
+	// The original's tokens, from the view's, scaled by the bytes of each.
+	orig := e.tokens
+	if vb := textBytes(&e.view); vb > 0 && e.size > vb {
+		orig = int(int64(e.tokens) * int64(e.size) / int64(vb))
+	}
+	best, bestVal := rewriteCandidate{}, 0.0
+	if e.size > cfg.OldToolResultCap && (e.kind == viewOriginal || e.kind == viewOffloaded) {
+		keep := e.tokens * s.ageCap(i) / max(1, textBytes(&e.view))
+		if save := e.tokens - keep; save > 0 {
+			c := rewriteCandidate{pos: i, save: save, risk: p.readBackRisk(middle, orig), kind: viewRetruncated}
+			if v := float64(c.save)*p.Cached - c.risk; v > bestVal {
+				best, bestVal = c, v
+			}
+		}
+	}
+	if cfg.CostMaskKeep > 0 && r >= cfg.CostMaskKeep && (e.kind == viewOriginal || e.kind == viewOffloaded || e.kind == viewRetruncated) {
+		const stubTokens = 60
+		if save := e.tokens - stubTokens; save >= stubTokens {
+			h := whole
+			if e.kind == viewRetruncated {
+				h = max(0, whole-middle) // the snippet's own risk is taken already
+			}
+			c := rewriteCandidate{pos: i, save: save, risk: p.readBackRisk(h, orig), kind: viewMasked}
+			if v := float64(c.save)*p.Cached - c.risk; v > bestVal {
+				best, bestVal = c, v
+			}
+		}
+	}
+	return best, bestVal > 0
 }
 
 // mayShrink reports whether a tool result's view may still become an age-out or masking

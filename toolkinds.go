@@ -59,6 +59,7 @@ const (
 // inclusive; to 0 means to the end); for others, a key under which a later call shows the same
 // thing again.
 type toolAction struct {
+	tool     string // the tool's name
 	kind     actionKind
 	key      string
 	from, to int

@@ -36,7 +36,9 @@ func TestLoadSharedData(t *testing.T) {
 	for i := range trajs {
 		tr := &trajs[i]
 		sets[tr.Set]++
-		if err := turns.Validate(tr.Messages, turns.ValidateOptions{}); err != nil {
+		// A run may end with the last call's answer, its tool calls never run (the OpenHands
+		// logs: the last call's history with its answer appended).
+		if err := turns.Validate(tr.Messages, turns.ValidateOptions{AllowPendingTail: true}); err != nil {
 			t.Errorf("%s: converted history is invalid: %v", tr.Name, err)
 		}
 		if err := chat.Validate(append(append([]chat.Message{}, tr.System...), tr.Messages...)); err != nil {

@@ -24,8 +24,8 @@ import (
 //     failing test, the error line, the identifiers of the code it reads) and, now and then,
 //     something from an older output, as agents do.
 //   - LongRunQuote: a Claude Code session that reads long documents in chunks with Read
-//     {file_path, offset, limit} and quotes from them, sometimes from a chunk read several calls
-//     earlier, and quotes across every chunk at the end.
+//     {file_path, offset, limit}, one chunk after another, seldom naming what it read, and
+//     then writes one answer quoting from every chunk.
 //
 // The seeds are split in two disjoint sets (see LongRunTuningSeeds and LongRunHeldOutSeeds):
 // tune on one, claim on the other.
@@ -497,7 +497,7 @@ func quoteRun(seed uint64) Trajectory {
 	r := rand.New(rand.NewPCG(seed, 0x9007e))
 	d := dialects[0]
 	t := Trajectory{System: []chat.Message{chat.TextMessage(chat.RoleSystem, d.system)}, Tools: d.tools}
-	ndocs := 1 + r.IntN(3)
+	ndocs := 1 + r.IntN(2)
 	type doc struct {
 		path  string
 		lines []string
@@ -505,7 +505,7 @@ func quoteRun(seed uint64) Trajectory {
 	var docs []doc
 	for k := 0; k < ndocs; k++ {
 		var lines []string
-		n := 1200 + r.IntN(2400)
+		n := 500 + r.IntN(1000)
 		for len(lines) < n {
 			sec := fmt.Sprintf("## %d.%d %s %s", len(lines)/100+1, r.IntN(9)+1, strings.ToUpper(lrNouns[r.IntN(len(lrNouns))][:1])+lrNouns[r.IntN(len(lrNouns))][1:], lrVerbs[r.IntN(len(lrVerbs))])
 			lines = append(lines, sec, "")
@@ -526,18 +526,15 @@ func quoteRun(seed uint64) Trajectory {
 	var chunks []chunk
 	call := 0
 	for _, dc := range docs {
-		step := 150 + r.IntN(250) // 150-400 lines a chunk: 15-40 KB
+		step := 120 + r.IntN(180) // 120-300 lines a chunk: 12-30 KB
 		for off := 0; off < len(dc.lines); off += step {
 			call++
 			id := fmt.Sprintf("toolu_q%d_%03d", seed, call)
+			// As real agents do, it reads on without quoting and quotes from every chunk in
+			// its final answer; now and then it names a term of the chunk it just read.
 			th := fmt.Sprintf("Reading %s from line %d.", dc.path, off+1)
-			if len(chunks) > 0 {
-				prev := chunks[len(chunks)-1]
-				th = "From the previous chunk: " + strings.Join(prev.quotes, "; ") + ". " + th
-				if len(chunks) > 3 && r.IntN(3) == 0 {
-					older := chunks[len(chunks)-2-r.IntN(min(4, len(chunks)-1))]
-					th += " This continues " + older.quotes[0] + "."
-				}
+			if len(chunks) > 0 && r.IntN(4) == 0 {
+				th = "Noted " + chunks[len(chunks)-1].quotes[0] + ". " + th
 			}
 			t.Messages = append(t.Messages, chat.Message{Role: chat.RoleAssistant, Content: []chat.Part{{Type: chat.PartText, Text: th}},
 				ToolCalls: []chat.ToolCall{{ID: id, Name: "Read", Arguments: jsonArgs("file_path", dc.path, "offset", off+1, "limit", step)}}})

@@ -25,7 +25,8 @@ func (r *Result) WriteJSON(w io.Writer) error {
 }
 
 // WriteText writes the result as text for a terminal, every line under 100 columns: the
-// figures that matter first (cost, what was kept, what broke), then where the tokens went and
+// figures that matter first (what the agent pays, read-back included; what was kept; what
+// broke), then where the tokens went and
 // how long Prepare took, then cost and recall per set of trajectories, a legend, and notes
 // (among them why nothing compacted, when nothing did).
 func (r *Result) WriteText(w io.Writer) error {
@@ -33,12 +34,12 @@ func (r *Result) WriteText(w io.Writer) error {
 	fmt.Fprintf(ew, "replay: %d trajectories, %d calls; window %d, max output %d; prices: %s\n\n",
 		r.Trajectories, r.Calls, r.Window, r.MaxOutput, r.Profile)
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "strategy\tcost\tvs raw\trecall\tlost\toverflow\tinvalid\tcompact\tpeak\t")
+	fmt.Fprintln(tw, "strategy\tpaid\tvs raw\tcost\tvs raw\trecall\tlost\toverflow\tinvalid\tcompact\tpeak\t")
 	for _, t := range r.Strategies {
-		fmt.Fprintf(tw, "%s\t%.3f\t%s\t%.4f\t%d\t%d\t%d\t%d\t%d\t\n",
-			t.Name, t.Cost, ratio(t.CostVsRaw), t.Recall, t.Lost, t.Overflows, t.Invalid, t.Compactions, t.PeakTokens)
+		fmt.Fprintf(tw, "%s\t%.3f\t%s\t%.3f\t%s\t%.4f\t%d\t%d\t%d\t%d\t%d\t\n",
+			t.Name, t.CostWithReadBack, ratio(t.CostWithReadBackVsRaw), t.Cost, ratio(t.CostVsRaw), t.Recall, t.Lost, t.Overflows, t.Invalid, t.Compactions, t.PeakTokens)
 	}
-	fmt.Fprintf(tw, "floor\t%.3f\t%s\t\n", r.Floor.Cost, ratio(r.Floor.CostVsRaw))
+	fmt.Fprintf(tw, "floor\t\t\t%.3f\t%s\t\n", r.Floor.Cost, ratio(r.Floor.CostVsRaw))
 	tw.Flush()
 	fmt.Fprintf(ew, "\ntokens and Prepare latency\n")
 	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -53,7 +54,7 @@ func (r *Result) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintf(ew, "\nrecall, recoverable recall and the cost of reading missed terms back\n")
 	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "strategy\trecall\trecoverable\tread back\tcost+read back\t")
+	fmt.Fprintln(tw, "strategy\trecall\trecoverable\tread back\tpaid\t")
 	for _, t := range r.Strategies {
 		fmt.Fprintf(tw, "%s\t%.4f\t%.4f\t%d\t%.3f\t\n", t.Name, t.Recall, t.RecoverableRecall, t.ReadBackTokens, t.CostWithReadBack)
 	}
@@ -93,7 +94,7 @@ func (r *Result) writeSets(ew io.Writer) {
 	for i, t := range r.Strategies {
 		names[i] = t.Name
 	}
-	fmt.Fprintf(ew, "\nper set: cost (vs raw) and recall\n")
+	fmt.Fprintf(ew, "\nper set: paid (vs raw), cost (vs raw) and recall\n")
 	// The first table has the floor in one of its columns.
 	for lo, hi := 0, min(setsPerTable-1, len(names)); lo < len(names); lo, hi = hi, min(hi+setsPerTable, len(names)) {
 		if lo > 0 {
@@ -107,16 +108,20 @@ func (r *Result) writeSets(ew io.Writer) {
 		fmt.Fprintln(tw, head+strings.Join(names[lo:hi], "\t")+"\t")
 		for _, s := range r.Sets {
 			row := []string{s.Name, fmt.Sprint(s.Trajectories), fmt.Sprint(s.Calls)}
+			cost := []string{"", "", "cost"}
 			rec := []string{"", "", "recall"}
 			if lo == 0 {
-				row = append(row, fmt.Sprintf("%.3f (%s)", s.Floor.Cost, ratio(s.Floor.CostVsRaw)))
+				row = append(row, "")
+				cost = append(cost, fmt.Sprintf("%.3f (%s)", s.Floor.Cost, ratio(s.Floor.CostVsRaw)))
 				rec = append(rec, "")
 			}
 			for _, t := range s.Strategies[lo:min(hi, len(s.Strategies))] {
-				row = append(row, fmt.Sprintf("%.3f (%s)", t.Cost, ratio(t.CostVsRaw)))
+				row = append(row, fmt.Sprintf("%.3f (%s)", t.CostWithReadBack, ratio(t.CostWithReadBackVsRaw)))
+				cost = append(cost, fmt.Sprintf("%.3f (%s)", t.Cost, ratio(t.CostVsRaw)))
 				rec = append(rec, fmt.Sprintf("%.4f", t.Recall))
 			}
 			fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+			fmt.Fprintln(tw, strings.Join(cost, "\t")+"\t")
 			fmt.Fprintln(tw, strings.Join(rec, "\t")+"\t")
 		}
 		tw.Flush()
@@ -125,7 +130,9 @@ func (r *Result) writeSets(ew io.Writer) {
 
 // legend explains the columns in a few short lines.
 func (r *Result) legend() string {
-	return fmt.Sprintf(`cost      input, cached input and output tokens priced per million (%s: uncached %g,
+	return fmt.Sprintf(`paid      what the agent pays: cost plus reading back what the requests no longer showed
+          (read back, billed uncached); vs raw: paid / raw's (raw never reads back)
+cost      input, cached input and output tokens priced per million (%s: uncached %g,
           cached %g, output %g), summary calls included; vs raw: cost / raw's cost
 recall    share of the identifiers, paths and numbers a call's history refers to that
           its request still holds (1 = nothing forgotten)

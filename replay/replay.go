@@ -225,6 +225,11 @@ type RecordedUsage struct {
 // output format.
 type Totals struct {
 	Name string `json:"name"`
+	// CostWithReadBack is the headline: Cost plus what reading back the terms the requests
+	// no longer showed costs (ReadBackTokens billed uncached), what an agent pays for what
+	// it forgot. CostWithReadBackVsRaw is it over raw's (0 without raw; raw never reads back).
+	CostWithReadBack      float64 `json:"cost_with_read_back"`
+	CostWithReadBackVsRaw float64 `json:"cost_with_read_back_vs_raw"`
 	// InputTokens sums the measured input tokens of every prepared request; CachedTokens the
 	// part a prompt cache would serve (see README.md).
 	InputTokens  int64 `json:"input_tokens"`
@@ -249,11 +254,10 @@ type Totals struct {
 	// RecoverableRecall is (recalled + recoverable) / referenced terms: recoverable terms are
 	// not in the request but readable through a reference it shows (a stored tool result, the
 	// archive). ReadBackTokens sums what reading them back would take (one ctxmgr_read of the
-	// message each, per call), and CostWithReadBack is Cost plus those tokens billed uncached.
+	// message each, per call).
 	RecoverableRecall float64 `json:"recoverable_recall"`
 	RecoverableTerms  int64   `json:"recoverable_terms"`
 	ReadBackTokens    int64   `json:"read_back_tokens"`
-	CostWithReadBack  float64 `json:"cost_with_read_back"`
 	// Compactions counts summaries made.
 	Compactions int `json:"compactions"`
 	// PrepareP50US and PrepareP99US are percentiles of the time one Prepare took, in µs.
@@ -589,6 +593,7 @@ func (tt totals) finish(opts Options, prof Profile) []Totals {
 	if i := slices.Index(opts.Strategies, StrategyRaw); i >= 0 && tt[i].Cost > 0 {
 		for k := range tt {
 			tt[k].CostVsRaw = tt[k].Cost / tt[i].Cost
+			tt[k].CostWithReadBackVsRaw = tt[k].CostWithReadBack / tt[i].CostWithReadBack
 		}
 	}
 	return tt

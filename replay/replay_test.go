@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -485,7 +486,7 @@ func TestFloor(t *testing.T) {
 	if err := res.WriteText(&text); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(text.String(), fmt.Sprintf("floor  %.3f", res.Floor.Cost)) {
+	if !regexp.MustCompile(fmt.Sprintf(`(?m)^ *floor +%.3f `, res.Floor.Cost)).MatchString(text.String()) {
 		t.Errorf("no floor row in the text:\n%s", text.String())
 	}
 }

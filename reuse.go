@@ -1,0 +1,317 @@
+package ctxmgr
+
+import "math"
+
+// Reuse: how often this session's agent looks back at old tool results.
+//
+// A lossy rewrite (ageing a result out to a snippet, masking it to a stub) removes text the
+// agent may use again; it then reads it back, paying the result's tokens uncached, or works
+// without it. Whether an agent looks back depends on the agent and the task: one reads a
+// document page after page and quotes from every page at the end, another runs a command,
+// reads its verdict and never looks at the output again. So the chance is learned from the
+// session itself, per kind of result (the tool and what its call does: a read, a ranged read,
+// a search, a command, anything else), from what the agent's own messages name.
+//
+// An event is an assistant message naming, for the first time in the conversation, a term
+// (a path, an identifier, a number: see eachIdentifier) that an old tool result holds: one
+// older than the RecentToolResults newest. On real coding runs the chance of an event falls
+// with a result's age (its rank: how many results came after it), roughly as rank^-0.8, and
+// is about twice as high for a result the agent has already used once. So the hazard of an
+// old result i, the chance per call that the agent newly uses something of it, is modelled as
+//
+//	h(i) = c(kind) * (3/rank)^0.8 * (2 if i was used before, else 1)
+//
+// and the scale c of each kind of result is learned: every assistant message adds to the
+// kind's exposure the model's weight (3/rank)^0.8 * used-factor of each old result of the kind,
+// and one event per result it newly uses; then
+//
+//	c = (events + reusePriorWeight*prior) / (exposure + reusePriorWeight)
+//
+// with the prior of the kind's action (reusePrior): with no evidence the prior decides, and a
+// session that shows its habit soon outweighs it. Two scales are kept per kind: for the whole
+// result (what masking removes) and for its middle (what an age-out snippet removes: the
+// terms the snippet's head and tail do not hold).
+//
+// Everything here is derived from the history alone (the original messages in order, not
+// their views), so the same history gives the same estimates (invariant 5) and a session
+// restored from the store rebuilds them exactly.
+
+// reusePriorWeight is how many exposures (at rank 3, unused) the prior counts for.
+const reusePriorWeight = 30
+
+// reuseExact is how many of the newest old results the exposure weighs one by one; older ones
+// are weighed as a group at the weight of rank reuseFar, so a call costs the same at any
+// history length.
+const (
+	reuseExact = 64
+	reuseFar   = 96
+)
+
+// reusePrior is the prior scale of a kind of result: the chance per call that the agent's
+// next message newly uses a term of one old result of that kind, at rank 3, not used before.
+// A page of a document read in ranges is the most likely to be quoted later; a command's
+// output and an edit's confirmation the least.
+func reusePrior(kind actionKind, paged bool) (whole, middle float64) {
+	switch {
+	case paged:
+		return 0.15, 0.12
+	case kind == actRead:
+		return 0.08, 0.05
+	case kind == actSearch:
+		return 0.05, 0.025
+	case kind == actCommand:
+		return 0.03, 0.012
+	}
+	return 0.06, 0.03
+}
+
+// reuseUsed is how much likelier a result the agent has used once is to be used again.
+const reuseUsed = 2
+
+// rankWeight is the model's decay of the hazard with rank, 1 at rank 3. Pages of a document
+// read in order do not decay: an agent that pages through a document quotes from every page
+// when it is done, the first as likely as the last.
+func rankWeight(k reuseKind, rank int32) float64 {
+	if k.paged {
+		return 1
+	}
+	return math.Pow(3/float64(max(rank, 2)), 0.8)
+}
+
+// Bounds of the term index: results larger than reuseMinBytes are indexed, the first
+// reuseScanBytes of each, and at most reuseMaxPostings postings in all (past that, new results
+// are classified but not indexed: deterministic, like every bound here).
+const (
+	reuseMinBytes    = 1000
+	reuseScanBytes   = 1 << 20
+	reuseMaxPostings = 1 << 21
+)
+
+// reuseKind identifies a kind of result: the tool and its action.
+type reuseKind struct {
+	tool  string
+	kind  actionKind
+	paged bool // a page of a document read in order (supState.paged)
+}
+
+type reuseCounts struct {
+	key           reuseKind
+	exposure      float64
+	whole, middle int
+	prior         [2]float64 // whole, middle
+	// far counts the old results beyond the reuseExact newest: unused and used.
+	far [2]int
+}
+
+// posting says that result ord (its ordinal among tool results) holds a term; middle: only in
+// the part an age-out snippet leaves out.
+type posting struct {
+	ord    int32
+	middle bool
+}
+
+// reuseState is the per-session learning; it lives in supState and is fed by its scan.
+type reuseState struct {
+	kinds    map[reuseKind]*reuseCounts
+	index    map[uint64][]posting
+	postings int
+	// results lists the indexed results in ordinal order.
+	results []reuseResult
+	nres    int32       // tool results scanned
+	byPos   map[int]int // history position -> index in results
+	farUpTo int         // results[:farUpTo] are in their kind's far group
+	stamp   uint64      // assistant messages scanned
+}
+
+type reuseResult struct {
+	ord  int32
+	kind *reuseCounts
+	used bool
+	seen uint64 // the stamp of the last message that counted it (one event per message)
+	mid  uint64 // the same, for middle events
+}
+
+// onResult records tool result i (its text, its action) in scan order.
+func (r *reuseState) onResult(i int, text string, a toolAction, paged bool, headBytes, tailBytes int) {
+	ord := r.nres
+	r.nres++
+	if len(text) <= reuseMinBytes {
+		return
+	}
+	if r.kinds == nil {
+		r.kinds, r.index, r.byPos = map[reuseKind]*reuseCounts{}, map[uint64][]posting{}, map[int]int{}
+	}
+	k := reuseKind{tool: a.tool, kind: a.kind, paged: paged}
+	c := r.kinds[k]
+	if c == nil {
+		w, m := reusePrior(a.kind, paged)
+		c = &reuseCounts{key: k, prior: [2]float64{w, m}}
+		r.kinds[k] = c
+	}
+	r.byPos[i] = len(r.results)
+	r.results = append(r.results, reuseResult{ord: ord, kind: c})
+	if r.postings < reuseMaxPostings {
+		r.indexText(ord, text, headBytes, tailBytes)
+	}
+}
+
+// indexText adds the terms of a result to the index; a term found only outside the first
+// headBytes and the last tailBytes is marked middle.
+func (r *reuseState) indexText(ord int32, text string, headBytes, tailBytes int) {
+	if len(text) > reuseScanBytes {
+		text = text[:reuseScanBytes]
+	}
+	mid := map[uint64]bool{}
+	var order []uint64 // first appearance: the postings bound cuts the same terms every time
+	off := 0
+	for _, line := range splitKeep(text) {
+		inMiddle := off >= headBytes && off+len(line) <= len(text)-tailBytes
+		off += len(line)
+		eachIdentifier(line, func(t string) {
+			h := termHash(t)
+			if m, ok := mid[h]; ok {
+				mid[h] = m && inMiddle
+				return
+			}
+			mid[h] = inMiddle
+			order = append(order, h)
+		})
+	}
+	for _, h := range order {
+		if r.postings >= reuseMaxPostings {
+			return
+		}
+		r.index[h] = append(r.index[h], posting{ord: ord, middle: mid[h]})
+		r.postings++
+	}
+}
+
+// termHash is the 64-bit FNV-1a hash of a term.
+func termHash(t string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(t); i++ {
+		h ^= uint64(t[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+// splitKeep splits s into lines, each with its newline.
+func splitKeep(s string) []string {
+	var out []string
+	for len(s) > 0 {
+		i := 0
+		for i < len(s) && s[i] != '\n' {
+			i++
+		}
+		if i < len(s) {
+			i++
+		}
+		out = append(out, s[:i])
+		s = s[i:]
+	}
+	return out
+}
+
+// onAssistant records an assistant message whose terms not yet in play are newTerms: for
+// each old result (older than the recent newest), its weight as exposure, and an event for
+// each old result holding one of newTerms.
+//
+// While the agent is paging through documents (reading is true: the message's calls all read
+// a page, see supState.paged), pages of documents gain no exposure: an agent gathering pages has no reason to use
+// them yet, so its silence says nothing about whether it will.
+func (r *reuseState) onAssistant(newTerms []string, recent int, reading bool) {
+	if r.kinds == nil {
+		return
+	}
+	r.stamp++
+	limit := r.nres - 1 - int32(recent) // ordinals up to this are old
+	// Results leaving the exactly weighed window join their kind's far group.
+	far := limit - reuseExact
+	for r.farUpTo < len(r.results) && r.results[r.farUpTo].ord <= far {
+		res := &r.results[r.farUpTo]
+		res.kind.far[b2i(res.used)]++
+		r.farUpTo++
+	}
+	for k := len(r.results) - 1; k >= r.farUpTo; k-- {
+		res := &r.results[k]
+		if res.ord > limit {
+			continue
+		}
+		if reading && res.kind.key.paged {
+			continue
+		}
+		w := rankWeight(res.kind.key, r.nres-1-res.ord)
+		if res.used {
+			w *= reuseUsed
+		}
+		res.kind.exposure += w
+	}
+	for _, c := range r.kinds {
+		if reading && c.key.paged {
+			continue
+		}
+		c.exposure += rankWeight(c.key, reuseFar) * (float64(c.far[0]) + reuseUsed*float64(c.far[1]))
+	}
+	for _, t := range newTerms {
+		for _, p := range r.index[termHash(t)] {
+			if p.ord > limit {
+				continue
+			}
+			res := &r.results[r.find(p.ord)]
+			if res.seen != r.stamp {
+				res.seen = r.stamp
+				res.kind.whole++
+				if !res.used {
+					res.used = true
+					if res.ord <= far {
+						res.kind.far[0]--
+						res.kind.far[1]++
+					}
+				}
+			}
+			if p.middle && res.mid != r.stamp {
+				res.mid = r.stamp
+				res.kind.middle++
+			}
+		}
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// find returns the index in results of ordinal ord (results are in ordinal order).
+func (r *reuseState) find(ord int32) int {
+	lo, hi := 0, len(r.results)
+	for lo < hi {
+		m := (lo + hi) / 2
+		if r.results[m].ord < ord {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
+// hazard returns the estimated chance per call that the agent newly uses what masking
+// (whole) or an age-out snippet (middle) removes from old tool result i of action a.
+func (r *reuseState) hazard(i int, a toolAction) (whole, middle float64) {
+	k, ok := r.byPos[i]
+	if !ok {
+		return reusePrior(a.kind, false)
+	}
+	res := &r.results[k]
+	c := res.kind
+	n := c.exposure + reusePriorWeight
+	w := rankWeight(c.key, r.nres-1-res.ord)
+	if res.used {
+		w *= reuseUsed
+	}
+	return w * (float64(c.whole) + reusePriorWeight*c.prior[0]) / n, w * (float64(c.middle) + reusePriorWeight*c.prior[1]) / n
+}
