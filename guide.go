@@ -7,22 +7,21 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ctxmgr/ctxmgr/store"
-	"github.com/ctxmgr/ctxmgr/tokens"
 )
 
-// The archive guide at the top of every summary says where the evicted messages can be read
-// back. It is part of the summary and counted inside the summary's target, so it must stay
-// small however long the session runs: one line per archive location (not one per
-// compaction), contiguous ranges merged, and, when even that is too long (a file store
-// archives into one file per day), the oldest locations folded into a single line.
+// The archive guide at the top of every summary says which evicted messages can be read back.
+// It names them by position ("messages A-B", the ref ctxmgr_read takes), never by where the
+// store keeps them: the same conversation reads the same under any store and any deployment,
+// and the model never sees a path of the proxy's disk. It is part of the summary and counted
+// inside the summary's target, so it must stay small however long the session runs: the
+// ranges merged, and, past maxGuideRanges disjoint ranges, their span only.
 
-// maxGuideRanges is how many disjoint ranges one location's line lists before it gives the
-// span only ("messages 0-900 (in part)").
+// maxGuideRanges is how many disjoint ranges the guide lists before it gives the span only
+// ("messages 0-900 (in part)").
 const maxGuideRanges = 3
 
-// mergeRanges returns ranges sorted by position with overlapping or contiguous ranges of the
-// same location merged. The input is not modified.
+// mergeRanges returns ranges sorted by position with overlapping or contiguous ranges merged,
+// wherever each is stored. The input is not modified.
 func mergeRanges(ranges []archiveRange) []archiveRange {
 	if len(ranges) == 0 {
 		return nil
@@ -32,39 +31,13 @@ func mergeRanges(ranges []archiveRange) []archiveRange {
 	out := rs[:1]
 	for _, r := range rs[1:] {
 		last := &out[len(out)-1]
-		if r.Where == last.Where && r.From <= last.To {
+		if r.From <= last.To {
 			last.To = max(last.To, r.To)
 			continue
 		}
 		out = append(out, r)
 	}
 	return out
-}
-
-// guideLine is one location of the guide and the merged ranges archived there.
-type guideLine struct {
-	where  store.Location
-	ranges []archiveRange // sorted, disjoint
-}
-
-func (g guideLine) span() (from, to int) { return g.ranges[0].From, g.ranges[len(g.ranges)-1].To }
-
-func (g guideLine) render(b *strings.Builder) {
-	b.WriteString("- messages ")
-	if len(g.ranges) > maxGuideRanges {
-		from, to := g.span()
-		fmt.Fprintf(b, "%d-%d (in part)", from, to-1)
-	} else {
-		for i, r := range g.ranges {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			writeRange(b, r.From, r.To)
-		}
-	}
-	b.WriteString(": ")
-	b.WriteString(string(g.where))
-	b.WriteByte('\n')
 }
 
 func writeRange(b *strings.Builder, from, to int) {
@@ -74,63 +47,28 @@ func writeRange(b *strings.Builder, from, to int) {
 }
 
 // guideHeader opens every guide.
-const guideHeader = "Earlier messages are archived verbatim (positions count from 0):\n"
+const guideHeader = "Earlier messages are archived verbatim (positions count from 0); read them back by range, ref \"messages A-B\":\n"
 
-// archiveGuide tells the agent where the raw evicted messages are: one line per location, in
-// the order of the first position each holds. When the guide would cost more than maxTokens
-// (by c; maxTokens <= 0: no limit), the oldest locations are folded into one line naming the
-// first and the last of them, until it fits or only that line and the newest location remain.
-func archiveGuide(ranges []archiveRange, maxTokens int, c tokens.Counter) string {
-	lines := guideLines(mergeRanges(ranges))
-	if len(lines) == 0 {
+// archiveGuide tells the agent which raw evicted messages it can read back: the merged
+// ranges, or their span when there are more than maxGuideRanges.
+func archiveGuide(ranges []archiveRange) string {
+	merged := mergeRanges(ranges)
+	if len(merged) == 0 {
 		return ""
 	}
-	render := func(folded int) string {
-		var b strings.Builder
-		b.WriteString(guideHeader)
-		rest := lines
-		if folded > 1 {
-			old := lines[:folded]
-			from, to := old[0].span()
-			for _, g := range old {
-				f, t := g.span()
-				from, to = min(from, f), max(to, t)
+	var b strings.Builder
+	b.WriteString(guideHeader)
+	b.WriteString("- messages ")
+	if len(merged) > maxGuideRanges {
+		fmt.Fprintf(&b, "%d-%d (in part)", merged[0].From, merged[len(merged)-1].To-1)
+	} else {
+		for i, r := range merged {
+			if i > 0 {
+				b.WriteString(", ")
 			}
-			b.WriteString("- messages ")
-			writeRange(&b, from, to)
-			fmt.Fprintf(&b, " (in part): %d locations, %s to %s\n", folded, old[0].where, old[folded-1].where)
-			rest = lines[folded:]
+			writeRange(&b, r.From, r.To)
 		}
-		for _, g := range rest {
-			g.render(&b)
-		}
-		return b.String()
 	}
-	out := render(0)
-	if maxTokens <= 0 || c == nil {
-		return out
-	}
-	for folded := 2; folded < len(lines) && c.Text(out) > maxTokens; folded++ {
-		out = render(folded)
-	}
-	return out
+	b.WriteByte('\n')
+	return b.String()
 }
-
-// guideLines groups merged ranges by location, locations ordered by their first position.
-func guideLines(merged []archiveRange) []guideLine {
-	var lines []guideLine
-	idx := map[store.Location]int{}
-	for _, r := range merged {
-		i, ok := idx[r.Where]
-		if !ok {
-			i = len(lines)
-			idx[r.Where] = i
-			lines = append(lines, guideLine{where: r.Where})
-		}
-		lines[i].ranges = append(lines[i].ranges, r)
-	}
-	return lines
-}
-
-// guideBudget is the most of a summary target the guide may take.
-func guideBudget(target int) int { return max(32, target/4) }

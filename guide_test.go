@@ -9,13 +9,12 @@ import (
 	"github.com/ctxmgr/ctxmgr/chat"
 	"github.com/ctxmgr/ctxmgr/store"
 	"github.com/ctxmgr/ctxmgr/store/files"
-	"github.com/ctxmgr/ctxmgr/tokens"
 )
 
 func TestMergeRanges(t *testing.T) {
-	in := []archiveRange{{0, 10, "a"}, {11, 20, "a"}, {10, 11, "a"}, {20, 30, "b"}, {30, 31, "a"}, {31, 40, "a"}}
+	in := []archiveRange{{0, 10, "a"}, {11, 20, "a"}, {10, 11, "a"}, {20, 30, "b"}, {31, 35, "a"}, {35, 40, "a"}}
 	got := mergeRanges(in)
-	want := []archiveRange{{0, 20, "a"}, {20, 30, "b"}, {30, 40, "a"}}
+	want := []archiveRange{{0, 30, "a"}, {31, 40, "a"}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("merged %v, want %v", got, want)
 	}
@@ -24,41 +23,33 @@ func TestMergeRanges(t *testing.T) {
 	}
 }
 
-func TestArchiveGuideOneLinePerLocation(t *testing.T) {
+// The guide names archived messages by position, never by where the store keeps them, and
+// stays one line however many compactions and archive files there are.
+func TestArchiveGuideByPosition(t *testing.T) {
 	var rs []archiveRange
-	// 500 compactions into one location, with a pinned message archived later.
+	// 500 compactions into files of 400 days, with a pinned message archived later.
 	for i := 0; i < 500; i++ {
 		from := i * 10
+		where := store.Location(fmt.Sprintf("/data/dialog/day-%03d.jsonl", i%400))
 		if i == 7 {
-			rs = append(rs, archiveRange{from, from + 4, "dialog/2026-11-22.jsonl"}, archiveRange{from + 5, from + 10, "dialog/2026-11-22.jsonl"})
+			rs = append(rs, archiveRange{from, from + 4, where}, archiveRange{from + 5, from + 10, where})
 			continue
 		}
-		rs = append(rs, archiveRange{from, from + 10, "dialog/2026-11-22.jsonl"})
+		rs = append(rs, archiveRange{from, from + 10, where})
 	}
-	rs = append(rs, archiveRange{74, 75, "dialog/2026-11-23.jsonl"})
-	g := archiveGuide(rs, 0, nil)
-	want := guideHeader + "- messages 0-4999: dialog/2026-11-22.jsonl\n" // 74 is in both: merged per location
-	if strings.Count(g, "\n") != 3 || !strings.HasPrefix(g, guideHeader+"- messages 0-73, 75-4999: dialog/2026-11-22.jsonl\n") ||
-		!strings.Contains(g, "- messages 74-74: dialog/2026-11-23.jsonl\n") {
-		t.Fatalf("guide:\n%s(not like %q)", g, want)
+	if g, want := archiveGuide(rs), guideHeader+"- messages 0-73, 75-4999\n"; g != want {
+		t.Fatalf("guide:\n%s\nwant\n%s", g, want)
 	}
-}
-
-func TestArchiveGuideFoldsLocations(t *testing.T) {
-	c, err := tokens.ForEncoding(tokens.O200kBase)
-	if err != nil {
-		t.Fatal(err)
+	rs = append(rs, archiveRange{74, 75, "/data/dialog/day-401.jsonl"})
+	if g, want := archiveGuide(rs), guideHeader+"- messages 0-4999\n"; g != want {
+		t.Fatalf("guide:\n%s\nwant\n%s", g, want)
 	}
-	var rs []archiveRange
-	for d := 0; d < 400; d++ { // a file store, one archive file per day, for 400 days
-		rs = append(rs, archiveRange{d * 5, d*5 + 5, store.Location(fmt.Sprintf("dialog/day-%03d.jsonl", d))})
+	gaps := []archiveRange{{0, 5, "x"}, {6, 8, "x"}, {9, 12, "x"}, {13, 20, "x"}}
+	if g, want := archiveGuide(gaps), guideHeader+"- messages 0-19 (in part)\n"; g != want {
+		t.Fatalf("guide:\n%s\nwant\n%s", g, want)
 	}
-	g := archiveGuide(rs, 100, c)
-	if n := c.Text(g); n > 100 {
-		t.Fatalf("guide costs %d tokens > 100:\n%s", n, g)
-	}
-	if !strings.Contains(g, "- messages 0-") || !strings.Contains(g, "dialog/day-000.jsonl") || !strings.Contains(g, "dialog/day-399.jsonl\n") {
-		t.Fatalf("guide lost the first or last location:\n%s", g)
+	if archiveGuide(nil) != "" {
+		t.Fatal("a guide with nothing archived")
 	}
 }
 

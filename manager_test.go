@@ -91,7 +91,7 @@ func TestIngestionOffload(t *testing.T) {
 	if len(got) > 4000 || !strings.Contains(got, "output line 1\n") || !strings.Contains(got, "output line 2000") {
 		t.Fatalf("snippet (%d bytes) lacks head or tail:\n%s", len(got), got)
 	}
-	if !strings.Contains(got, "2000 lines") || !strings.Contains(got, "memory:") {
+	if !strings.Contains(got, "2000 lines") || !strings.Contains(got, "Full text: tool_result/000002-c1 ") {
 		t.Fatalf("snippet lacks its reference:\n%s", got)
 	}
 	full, total, err := m.Config().Store.ReadOffload(ctx, "s1", offloadKey(2, "c1"), 1, 0)

@@ -623,7 +623,7 @@ func (j *job) run(ctx context.Context, m *Manager) {
 	if len(j.runs) > 0 {
 		first = j.runs[0].From
 	}
-	guide := archiveGuide(append(slices.Clone(j.ranges), j.runs...), guideBudget(j.target), m.cfg.Counter)
+	guide := archiveGuide(append(slices.Clone(j.ranges), j.runs...))
 	req := summarize.Request{
 		Previous: j.prev, Messages: j.evicted, First: first, Instruction: j.instruction,
 		TargetTokens: j.target, ArchiveGuide: guide,

@@ -26,7 +26,7 @@ func snippetViewKeeping(orig *chat.Message, off store.Offloaded, capBytes int, i
 	text := fullText(orig)
 	ref := func(shownHead, shownTailFrom int) string {
 		return fmt.Sprintf("\n[ctxmgr: tool result offloaded: %d bytes, %d lines in all; lines %d-%d omitted here but for the notable ones below. Full text: %s (read it from line %d to continue)]\n",
-			off.Bytes, off.Lines, shownHead+1, shownTailFrom-1, off.Location, shownHead+1)
+			off.Bytes, off.Lines, shownHead+1, shownTailFrom-1, off.Ref(), shownHead+1)
 	}
 	budget := capBytes - len(ref(999999, 999999)) // room for the snippet itself
 	if budget < 64 {
@@ -111,7 +111,7 @@ func stubView(orig *chat.Message, off store.Offloaded, tokens int) chat.Message 
 		errNote = " (it reported an error)"
 	}
 	return withText(orig, fmt.Sprintf("[ctxmgr: old %s result masked%s: %d tokens, %d lines. Full text: %s (read lines 1-%d)]",
-		name, errNote, tokens, off.Lines, off.Location, off.Lines))
+		name, errNote, tokens, off.Lines, off.Ref(), off.Lines))
 }
 
 // withText returns a copy of m whose content is one text part; everything else (ids, name,

@@ -401,5 +401,5 @@ func supersededView(orig *chat.Message, off store.Offloaded, tokens int, a toolA
 		errNote = " (it reported an error)"
 	}
 	return withText(orig, fmt.Sprintf("[ctxmgr: superseded by the result of call %s at message %d: %s shows this again, in its newer form. This earlier result%s (%d tokens, %d lines) is stored in full: %s]",
-		laterCall, later, what, errNote, tokens, off.Lines, off.Location))
+		laterCall, later, what, errNote, tokens, off.Lines, off.Ref()))
 }

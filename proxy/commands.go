@@ -150,11 +150,9 @@ func writeArchives(b *strings.Builder, st ctxmgr.Stats) {
 		return
 	}
 	b.WriteString("Archives (verbatim, read back with ctxmgr_read ref \"messages A-B\"):\n")
-	// Adjacent ranges in the same place read as one.
-	type span struct {
-		from, to int
-		loc      string
-	}
+	// Adjacent ranges read as one, wherever the store keeps them: the text names messages
+	// by position only, the same under every store.
+	type span struct{ from, to int }
 	var spans []span
 	for _, a := range st.Archives {
 		m := archiveLine.FindStringSubmatch(a)
@@ -164,14 +162,14 @@ func writeArchives(b *strings.Builder, st ctxmgr.Stats) {
 		}
 		from, _ := strconv.Atoi(m[1])
 		to, _ := strconv.Atoi(m[2])
-		if n := len(spans); n > 0 && spans[n-1].loc == m[3] && spans[n-1].to+1 == from {
+		if n := len(spans); n > 0 && spans[n-1].to+1 == from {
 			spans[n-1].to = to
 			continue
 		}
-		spans = append(spans, span{from, to, m[3]})
+		spans = append(spans, span{from, to})
 	}
 	for _, sp := range spans {
-		fmt.Fprintf(b, "- messages %d-%d: %s\n", sp.from, sp.to, sp.loc)
+		fmt.Fprintf(b, "- messages %d-%d\n", sp.from, sp.to)
 	}
 }
 
@@ -214,7 +212,7 @@ func contextReport(ps *psession, st ctxmgr.Stats, readTool bool, summarizer stri
 				fmt.Fprintf(&b, "- ... %d more\n", len(st.Offloads)-20)
 				break
 			}
-			fmt.Fprintf(&b, "- %s (%d bytes, %d lines)\n", o.Location, o.Bytes, o.Lines)
+			fmt.Fprintf(&b, "- %s (%d bytes, %d lines)\n", o.Ref(), o.Bytes, o.Lines)
 		}
 	}
 	if readTool && (len(st.Archives) > 0 || len(st.Offloads) > 0) {

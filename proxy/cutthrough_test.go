@@ -46,7 +46,7 @@ func (e *env) cutThroughCount(result string) int {
 func TestCutThroughForwardsWhileReading(t *testing.T) {
 	for _, f := range []Format{FormatOpenAI, FormatAnthropic, FormatResponses} {
 		t.Run(string(f), func(t *testing.T) {
-			e := newEnv(t, fakeupstream.Options{KeepBodies: true}, Config{})
+			e := newEnv(t, fakeupstream.Options{KeepBodies: true}, Config{Tune: noCostMask})
 			next := bodyMaker(newBenchConversation(20000), f)
 			var sent [][]byte
 			for i := range 6 {
@@ -132,6 +132,7 @@ func TestCutThroughStreamsAndAborts(t *testing.T) {
 				next(ev)
 			}
 		}
+		noCostMask(c)
 	}
 	srv, err := New(Config{UpstreamOpenAI: up.URL, Store: store.NewMemory(), Window: window, Tune: tune, Logger: quietLogger()})
 	if err != nil {
@@ -232,7 +233,7 @@ func startCutEnv(t *testing.T, h http.Handler) (string, *Server) {
 	t.Helper()
 	up := httptest.NewServer(h)
 	t.Cleanup(up.Close)
-	srv, err := New(Config{UpstreamOpenAI: up.URL, Store: store.NewMemory(), Window: 200000, Logger: quietLogger()})
+	srv, err := New(Config{UpstreamOpenAI: up.URL, Store: store.NewMemory(), Window: 200000, Tune: noCostMask, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

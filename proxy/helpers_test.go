@@ -79,7 +79,13 @@ func (e *env) start() {
 // smallTune makes offloading and compaction happen in small tests.
 func smallTune(c *ctxmgr.Config) {
 	c.ToolResultCap = 3000
+	noCostMask(c)
 }
+
+// noCostMask turns off masking by cost below the threshold: the tests that use it drive a
+// conversation whose outputs the agent never quotes (which the default preset masks as soon as
+// that pays) to exercise what happens to an unchanged request or at the window's edge.
+func noCostMask(c *ctxmgr.Config) { c.CostMaskKeep = 0 }
 
 // agent is a client that keeps its own history, as real agents do, and drives a tool loop.
 type agent interface {

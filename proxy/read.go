@@ -21,12 +21,12 @@ const readToolName = "ctxmgr_read"
 var readTool = chat.Tool{
 	Name: readToolName,
 	Description: "Read back content that the context manager moved out of this conversation: a large tool " +
-		"result that was offloaded (its note says \"Full text: LOCATION\"), an old tool result that was " +
-		"masked, or earlier messages that were archived when the conversation was summarized (the summary " +
-		"lists them as \"messages A-B: LOCATION\"). Pass the LOCATION as ref, or \"messages A-B\" for archived " +
-		"messages. Returns the requested lines and says how to continue.",
+		"result that was offloaded, cut or masked (its note says \"Full text: tool_result/ID\"), or earlier " +
+		"messages that were archived when the conversation was summarized (the summary lists them as " +
+		"\"messages A-B\"). Pass tool_result/ID, or \"messages A-B\" for archived messages, as ref. Returns " +
+		"the requested lines and says how to continue.",
 	Parameters: json.RawMessage(`{"type":"object","properties":{` +
-		`"ref":{"type":"string","description":"A location from a [ctxmgr: ...] note or the summary, or \"messages A-B\"."},` +
+		`"ref":{"type":"string","description":"tool_result/ID from a [ctxmgr: ...] note, or \"messages A-B\" from the summary."},` +
 		`"from_line":{"type":"integer","description":"First line to return, from 1. Default 1."},` +
 		`"lines":{"type":"integer","description":"How many lines to return. Default 200."}},` +
 		`"required":["ref"]}`),
@@ -84,7 +84,7 @@ func (s *Server) answerRead(ctx context.Context, id string, mgr *managed, sess *
 	var fetch func(from, n int) (string, int, error)
 	for _, off := range st.Offloads {
 		loc := string(off.Location)
-		if ref == loc || ref == off.Key || strings.HasSuffix(loc, ref) && len(ref) > 8 || strings.Contains(ref, loc) {
+		if ref == off.Ref() || ref == off.Key || ref == loc || strings.Contains(ref, off.Ref()) {
 			key := off.Key
 			fetch = func(from, n int) (string, int, error) { return st0.ReadOffload(ctx, id, key, from, n) }
 			break
@@ -171,7 +171,7 @@ func readResult(ref string, from int, text string, total int) string {
 func knownRefs(st ctxmgr.Stats) string {
 	var refs []string
 	for _, off := range st.Offloads {
-		refs = append(refs, string(off.Location))
+		refs = append(refs, off.Ref())
 	}
 	for _, a := range st.Archives {
 		if m := archiveLine.FindStringSubmatch(a); m != nil {

@@ -1005,7 +1005,7 @@ func (lc *lostCheck) check(ctx context.Context, msgs []chat.Message, v view, evi
 		var ref *store.Offloaded
 		for i := range offloads {
 			o := &offloads[i]
-			if strings.Contains(text, string(o.Location)) && (ref == nil || len(o.Location) > len(ref.Location)) {
+			if strings.Contains(text, o.Ref()) && (ref == nil || len(o.Key) > len(ref.Key)) {
 				ref = o
 			}
 		}

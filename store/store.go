@@ -50,9 +50,10 @@ type Summary struct {
 	Summarizer string `json:"summarizer,omitempty"`
 }
 
-// Location says where something is stored, in words an agent (and a person) can use to read
-// it back: a file path for the file store, a URI such as "sqlite:ctxmgr.db#session/x/archive"
-// for databases.
+// Location says where something is stored, for a person or a tool that reads the store: a
+// file path for the file store, a URI such as "sqlite:ctxmgr.db#session/x/archive" for
+// databases. What the model reads names stored content by a store-independent ref instead
+// (Offloaded.Ref; archived messages by position).
 type Location string
 
 // Offloaded describes one offloaded tool result.
@@ -63,6 +64,14 @@ type Offloaded struct {
 	Lines    int       `json:"lines"`
 	Expires  time.Time `json:"expires"` // zero: never
 }
+
+// RefPrefix begins the ref of every offloaded tool result.
+const RefPrefix = "tool_result/"
+
+// Ref is the name the model reads for an offloaded result: "tool_result/KEY", the same under
+// every store and deployment (its Location is where this store keeps it). ReadOffload takes
+// the Key: strings.TrimPrefix(ref, RefPrefix).
+func (o Offloaded) Ref() string { return RefPrefix + o.Key }
 
 // SessionInfo describes a stored session.
 type SessionInfo struct {
