@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
 )
 
 // The archive guide at the top of every summary says which evicted messages can be read back.
