@@ -103,10 +103,11 @@ func (p Prices) readBackRisk(hazard float64, tokens int) float64 {
 // change point, so taking every later candidate with it costs nothing more). tail(pos) is the
 // number of tokens currently sent from position pos on. A batch's value is what it saves over
 // the calls to come (see Expected) less its cache miss and, for the calls to come, the
-// expected read-back of its lossy candidates; a batch with lossy candidates must exceed those
-// costs by lossyMargin of them. It returns the index the batch starts at (len(cands) when
+// expected read-back of its lossy candidates, and extra, a cost the batch brings whatever it
+// holds (counted with its miss); a batch with lossy candidates must exceed those costs by
+// lossyMargin of them. It returns the index the batch starts at (len(cands) when
 // nothing pays) and the batch's expected net saving.
-func (p Prices) bestBatch(cands []rewriteCandidate, tail func(pos int) int, calls int) (int, float64) {
+func (p Prices) bestBatch(cands []rewriteCandidate, tail func(pos int) int, calls int, extra float64) (int, float64) {
 	best, bestVal := len(cands), 0.0
 	saved, risk := 0, 0.0
 	remaining := RemainingCalls(calls)
@@ -116,7 +117,7 @@ func (p Prices) bestBatch(cands []rewriteCandidate, tail func(pos int) int, call
 		// After the rewrite, the tail from the first change point is smaller by what the
 		// batch saves.
 		after := max(tail(cands[k].pos)-saved, 0)
-		miss := float64(after) * (p.Uncached - p.Cached)
+		miss := float64(after)*(p.Uncached-p.Cached) + extra
 		readBack := remaining * risk
 		net := remaining*float64(saved)*p.Cached - miss - readBack
 		if risk > 0 && net < lossyMargin*(miss+readBack) {

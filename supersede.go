@@ -336,7 +336,19 @@ func (s *Session) applyBatch(ctx context.Context, cands []rewriteCandidate, rep 
 			k--
 		}
 	}
-	from, expected := cfg.Prices.bestBatch(cands, func(pos int) int { return tails[pos] }, s.assistants)
+	tail := func(pos int) int { return tails[pos] }
+	extra := 0.0
+	if cfg.ReadToolTokens > 0 && !s.holdsStored && s.start == 0 {
+		// The batch stores the session's first content: the caller then declares its read
+		// tool, and the whole request misses the cache once; the tool is sent on every call.
+		whole := s.sysTokens + s.toolTokens
+		for i := s.start; i < sentEnd; i++ {
+			whole += s.entries[i].tokens + due[i]
+		}
+		tail = func(int) int { return whole }
+		extra = float64(cfg.ReadToolTokens) * cfg.Prices.Cached * RemainingCalls(s.assistants)
+	}
+	from, expected := cfg.Prices.bestBatch(cands, tail, s.assistants, extra)
 	if from == len(cands) {
 		return nil
 	}

@@ -230,7 +230,7 @@ func TestLongConversation(t *testing.T) {
 			} else {
 				a = newAnthropicAgent(e.px.URL, bigOutput(1800), aoption.WithHeader(SessionHeader, "long-"+string(format)))
 			}
-			for i := 0; i < 30; i++ {
+			for i := 0; i < 50; i++ {
 				msg := fmt.Sprintf("turn %d: run the tests", i)
 				if i%3 == 0 {
 					msg += " in parallel"

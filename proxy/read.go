@@ -11,32 +11,15 @@ import (
 
 	ctxmgr "github.com/ctxmgr/ctxmgr"
 	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/internal/readtool"
 	"github.com/ctxmgr/ctxmgr/store"
 	"github.com/ctxmgr/ctxmgr/tokens"
 )
 
 // readToolName is the tool the proxy injects and answers itself.
-const readToolName = "ctxmgr_read"
+const readToolName = readtool.Name
 
-var readTool = chat.Tool{
-	Name: readToolName,
-	Description: "Read back content that the context manager moved out of this conversation: a large tool " +
-		"result that was offloaded, cut or masked (its note says \"Full text: tool_result/ID\"), or earlier " +
-		"messages that were archived when the conversation was summarized (the summary lists them as " +
-		"\"messages A-B\"). Pass tool_result/ID, or \"messages A-B\" for archived messages, as ref. Returns " +
-		"the requested lines and says how to continue.",
-	Parameters: json.RawMessage(`{"type":"object","properties":{` +
-		`"ref":{"type":"string","description":"tool_result/ID from a [ctxmgr: ...] note, or \"messages A-B\" from the summary."},` +
-		`"from_line":{"type":"integer","description":"First line to return, from 1. Default 1."},` +
-		`"lines":{"type":"integer","description":"How many lines to return. Default 200."}},` +
-		`"required":["ref"]}`),
-}
-
-func withReadTool(tools []chat.Tool) []chat.Tool {
-	out := make([]chat.Tool, 0, len(tools)+1)
-	out = append(out, tools...)
-	return append(out, readTool)
-}
+func withReadTool(tools []chat.Tool) []chat.Tool { return readtool.With(tools) }
 
 // stripReadTool removes the injected tool (a client never offers it itself).
 func stripReadTool(tools []chat.Tool) []chat.Tool {

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ctxmgr/ctxmgr/internal/readtool"
 	"log/slog"
 	"slices"
 	"strings"
@@ -83,6 +84,11 @@ func (s *Server) manager(model string, window, maxOutput int) (*managed, manager
 		cfg.Summarizer = s.cfg.Summarizer
 	}
 	cfg.OnEvent = s.metrics.onEvent
+	if !s.cfg.DisableReadTool {
+		// ctxmgr_read is declared once the session stores content (syncReadTool): the cost
+		// model prices that.
+		cfg.ReadToolTokens = cfg.Counter.Tools([]chat.Tool{readtool.Tool})
+	}
 	if s.cfg.Tune != nil {
 		s.cfg.Tune(&cfg)
 	}
@@ -313,18 +319,12 @@ func (s *Server) snapshotConfig(ctx context.Context, id string, m *managed, key 
 	}
 }
 
-// needsRead reports whether the session has content the agent can only read back through the
-// ctxmgr_read tool: evicted (archived) messages or offloaded, masked or truncated results.
-func needsRead(st ctxmgr.Stats) bool {
-	return st.Evicted > 0 || len(st.Offloads) > 0 || st.Masked > 0 || st.Truncated > 0
-}
-
 // syncReadTool adds the ctxmgr_read tool to the session's tools once it has stored content.
 func (s *Server) syncReadTool(ps *psession, system []chat.Message, tools []chat.Tool) error {
 	if s.cfg.DisableReadTool || ps.readTool {
 		return nil
 	}
-	if !needsRead(ps.sess.Stats()) {
+	if !readtool.Needed(ps.sess.Stats()) {
 		return nil
 	}
 	if err := ps.sess.SetSystem(system, withReadTool(tools)); err != nil {

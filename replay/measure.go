@@ -136,6 +136,9 @@ type measured struct {
 	toks   []int // tokens of each message
 	prefix int   // tokens before the first message: system prompt and tool definitions
 	total  int   // prefix + messages + reply priming
+	// readTool: the tool definitions include ctxmgr_read. A request whose tools differ from
+	// the previous one's shares no prefix with it.
+	readTool bool
 }
 
 // measure measures the messages of a request whose system prompt and tools cost prefix tokens.
@@ -162,7 +165,7 @@ const MinCachedPrefix = 1024
 // changed only at its end would still share its first tokens: the figure is a slightly
 // conservative (low) estimate of the token-level common prefix.
 func cachedPrefix(prev *measured, cur *measured) int {
-	if prev == nil {
+	if prev == nil || prev.readTool != cur.readTool {
 		return 0
 	}
 	n := cur.prefix

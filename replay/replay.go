@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ctxmgr/ctxmgr/internal/readtool"
 	"io"
 	"log/slog"
 	"runtime"
@@ -319,11 +320,14 @@ type trajData struct {
 	fps    []fp  // fingerprints of the history messages
 	toks   []int // their tokens
 	base   map[fp]int
-	prefix int   // tokens of the system prompt and the tool definitions
-	once   int64 // tokens of sending every message once (see Floor)
-	refs   [][]refTerm
-	calls  int
-	weight int64 // estimated work, to schedule long runs first
+	prefix int // tokens of the system prompt and the tool definitions
+	// prefixRead is prefix with the ctxmgr_read tool declared, as the proxy sends a managed
+	// request once the session holds content to read back.
+	prefixRead int
+	once       int64 // tokens of sending every message once (see Floor)
+	refs       [][]refTerm
+	calls      int
+	weight     int64 // estimated work, to schedule long runs first
 }
 
 func analyze(t *Trajectory, c tokens.Counter) *trajData {
@@ -331,6 +335,7 @@ func analyze(t *Trajectory, c tokens.Counter) *trajData {
 	for i := range t.System {
 		d.prefix += c.Message(&t.System[i])
 	}
+	d.prefixRead = d.prefix + c.Tools(readtool.With(t.Tools))
 	d.prefix += c.Tools(t.Tools)
 	var sum int64
 	for i := range t.Messages {
@@ -628,6 +633,9 @@ func (r *runner) replay(ctx context.Context, d *trajData, strategy string) (Repl
 		st  *store.Memory
 		lc  *lostCheck
 		err error
+		// readTool: the session declares ctxmgr_read, as the proxy does from the first
+		// request after the session stored content to read back.
+		readTool bool
 	)
 	if strategy != StrategyRaw {
 		m, s, st, err = r.manager(strategy, t)
@@ -653,6 +661,12 @@ func (r *runner) replay(ctx context.Context, d *trajData, strategy string) (Repl
 			} else {
 				start := time.Now()
 				p, err := s.Prepare(ctx)
+				if err == nil && !readTool && readtool.Needed(s.Stats()) {
+					if err = s.SetSystem(t.System, readtool.With(t.Tools)); err == nil {
+						readTool = true
+						p, err = s.Prepare(ctx)
+					}
+				}
 				c.Prepare = time.Since(start)
 				if err != nil {
 					if ctx.Err() != nil {
@@ -674,7 +688,12 @@ func (r *runner) replay(ctx context.Context, d *trajData, strategy string) (Repl
 					}
 				}
 			}
-			me := mt.measure(msgs, d.prefix)
+			prefix := d.prefix
+			if readTool && c.Error == "" {
+				prefix = d.prefixRead
+			}
+			me := mt.measure(msgs, prefix)
+			me.readTool = readTool && c.Error == ""
 			c.Input = me.total
 			c.Cached = cachedPrefix(prev, &me)
 			prev = &me
@@ -742,6 +761,9 @@ func (r *runner) manager(strategy string, t *Trajectory) (*ctxmgr.Manager, *ctxm
 		// Rewrites are decided under the prices the replay bills (--profile).
 		cfg.Prices = ctxmgr.Prices{Uncached: prof.Uncached, Cached: prof.Cached}
 	}
+	// The proxy declares ctxmgr_read once the session stores content: the cost model prices
+	// that declaration.
+	cfg.ReadToolTokens = r.opts.Counter.Tools(readtool.With(t.Tools)) - r.opts.Counter.Tools(t.Tools)
 	st := store.NewMemory()
 	cfg.Store = st
 	cfg.Logger = slog.New(slog.DiscardHandler)
