@@ -52,10 +52,11 @@ func crashManager(t testing.TB, dir, kind string) (*Manager, store.Store) {
 
 // TestCrashHelperProcess is the child of TestCrashDuringCompaction: it resumes the session
 // from the store and appends and prepares (compacting often, in a small window) until killed.
+// Not started so (CTXMGR_CRASH_DIR unset), it returns at once, as the stores' crash helpers do.
 func TestCrashHelperProcess(t *testing.T) {
 	dir := os.Getenv("CTXMGR_CRASH_DIR")
 	if dir == "" {
-		t.Skip("helper process for TestCrashDuringCompaction")
+		return
 	}
 	ctx := context.Background()
 	m, _ := crashManager(t, dir, os.Getenv("CTXMGR_CRASH_STORE"))

@@ -222,11 +222,11 @@ func processCPU(pid int) (d time.Duration, ok bool) {
 }
 
 // TestBenchServer is the process of one server of BenchmarkProxyOverhead (startBenchServer);
-// it skips when not started so.
+// not started so, it returns at once, as the stores' crash helpers do.
 func TestBenchServer(t *testing.T) {
 	js := os.Getenv(benchServerEnv)
 	if js == "" {
-		t.Skip("a server process of BenchmarkProxyOverhead")
+		return
 	}
 	var spec benchSpec
 	if err := json.Unmarshal([]byte(js), &spec); err != nil {

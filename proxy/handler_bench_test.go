@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/internal/sample"
 	"github.com/ctxmgr/ctxmgr/replay"
 	"github.com/ctxmgr/ctxmgr/store"
 	"github.com/ctxmgr/ctxmgr/wire"
@@ -117,25 +119,30 @@ func BenchmarkHandler(b *testing.B) {
 }
 
 // BenchmarkHandlerRealRuns is BenchmarkHandler on real agent runs: the 42 mini-swe-agent runs
-// of ../shared/data (SWE-bench tasks, each turn a bash call and its output), each request of
-// each run sent in order, as the agent sent it (its history up to an assistant message). One
-// session per run; ns/op is per request. Where the synthetic cases grow by one short tool
-// output, these grow by real ones (file listings, diffs, tracebacks), and the pipeline acts
-// on them (superseded reads, aged-out outputs), so that some requests are re-encoded.
+// of ../shared/data when they are beside the repository (the README's figures are on them),
+// else the 12 of the embedded sample (SWE-bench tasks, each turn a bash call and its output),
+// each request of each run sent in order, as the agent sent it (its history up to an
+// assistant message). One session per run; ns/op is per request. Where the synthetic cases
+// grow by one short tool output, these grow by real ones (file listings, diffs, tracebacks),
+// and the pipeline acts on them (superseded reads, aged-out outputs), so that some requests
+// are re-encoded.
 func BenchmarkHandlerRealRuns(b *testing.B) {
-	dir, err := filepath.Abs(filepath.Join("..", "..", "shared", "data", "trajectories", "mini-swe-agent"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := os.Stat(dir); err != nil {
-		b.Skipf("SKIPPED: test data missing: %s not found (%v); the data lives in ../shared/data beside the repository root", dir, err)
-	}
 	var runs []replay.Trajectory
-	if _, err := replay.LoadEach([]string{dir}, replay.FormatMiniSWEAgent, func(t replay.Trajectory) error {
+	keep := func(t replay.Trajectory) error {
 		runs = append(runs, t)
 		return nil
-	}); err != nil {
-		b.Fatal(err)
+	}
+	dir := filepath.Join("..", "..", "shared", "data", "trajectories", "mini-swe-agent")
+	if _, err := os.Stat(dir); err == nil {
+		if _, err := replay.LoadEach([]string{dir}, replay.FormatMiniSWEAgent, keep); err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("%d mini-swe-agent runs of %s", len(runs), dir)
+	} else {
+		if _, err := replay.LoadEachFS(sample.FS(), []string{path.Join(sample.Dir, "mini-swe-agent")}, replay.FormatMiniSWEAgent, keep); err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("%d mini-swe-agent runs of the embedded sample (%s not found: figures not comparable with the README's)", len(runs), dir)
 	}
 	h := newStubbedProxy(b, false)
 	// The requests of every run, encoded once: each holds the history before one assistant

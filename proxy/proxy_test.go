@@ -742,6 +742,12 @@ func TestLogs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A handler logs its request after the client has the whole answer
+	// (TestAnswerEndsBeforeHandler): wait for the last handlers' lines.
+	want := len(e.fake.Records()) - countStatus(e.fake.Records(), 400)
+	for deadline := time.Now().Add(10 * time.Second); strings.Count(buf.String(), `"msg":"proxy request"`) < want && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
 	logs := buf.String()
 	for _, secret := range []string{"sk-test-openai", "sk-ant-test", "sk-ant-secret"} {
 		if strings.Contains(logs, secret) {
@@ -761,7 +767,7 @@ func TestLogs(t *testing.T) {
 			}
 		}
 	}
-	if n != len(e.fake.Records())-countStatus(e.fake.Records(), 400) {
+	if n != want {
 		t.Errorf("%d request logs for %d requests", n, len(e.fake.Records()))
 	}
 	if countStatus(e.fake.Records(), 400) == 0 || !strings.Contains(logs, "retrying with a tighter request") {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -138,6 +139,51 @@ func load(paths []string, format string) ([]Trajectory, error) {
 // fn as soon as its file is read, so that a caller that does not keep them (RunStream) holds
 // one file's trajectories at a time, not all of them. It stops at fn's first error.
 func LoadEach(paths []string, format string, fn func(Trajectory) error) ([]Skipped, error) {
+	return loadEach(osFiles{}, paths, format, fn)
+}
+
+// LoadEachFS is LoadEach over fsys: paths are slash-separated paths of fsys ("." for all of
+// it), and a file's set is the name of the directory it is in, as with LoadEach. The
+// embedded sample (ctxmgr replay with no PATH) is read this way.
+func LoadEachFS(fsys fs.FS, paths []string, format string, fn func(Trajectory) error) ([]Skipped, error) {
+	return loadEach(fsFiles{fsys}, paths, format, fn)
+}
+
+// files is where LoadEach reads: the operating system's files, or an fs.FS.
+type files interface {
+	stat(p string) (fs.FileInfo, error)
+	walk(root string, fn fs.WalkDirFunc) error
+	read(p string) ([]byte, error)
+	// set is the name of the directory p is in.
+	set(p string) string
+	base(p string) string
+	ext(p string) string
+}
+
+// osFiles reads the operating system's files.
+type osFiles struct{}
+
+func (osFiles) stat(p string) (fs.FileInfo, error)        { return os.Stat(p) }
+func (osFiles) walk(root string, fn fs.WalkDirFunc) error { return filepath.WalkDir(root, fn) }
+func (osFiles) read(p string) ([]byte, error)             { return os.ReadFile(p) }
+func (osFiles) base(p string) string                      { return filepath.Base(p) }
+func (osFiles) ext(p string) string                       { return filepath.Ext(p) }
+func (osFiles) set(p string) string {
+	abs, _ := filepath.Abs(p)
+	return filepath.Base(filepath.Dir(abs))
+}
+
+// fsFiles reads an fs.FS.
+type fsFiles struct{ fsys fs.FS }
+
+func (f fsFiles) stat(p string) (fs.FileInfo, error)        { return fs.Stat(f.fsys, p) }
+func (f fsFiles) walk(root string, fn fs.WalkDirFunc) error { return fs.WalkDir(f.fsys, root, fn) }
+func (f fsFiles) read(p string) ([]byte, error)             { return fs.ReadFile(f.fsys, p) }
+func (fsFiles) base(p string) string                        { return path.Base(p) }
+func (fsFiles) ext(p string) string                         { return path.Ext(p) }
+func (fsFiles) set(p string) string                         { return path.Base(path.Dir(p)) }
+
+func loadEach(fsys files, paths []string, format string, fn func(Trajectory) error) ([]Skipped, error) {
 	if format == "" {
 		format = FormatAuto
 	}
@@ -161,12 +207,12 @@ func LoadEach(paths []string, format string, fn func(Trajectory) error) ([]Skipp
 		return nil
 	}
 	for _, p := range paths {
-		info, err := os.Stat(p)
+		info, err := fsys.stat(p)
 		if err != nil {
 			return nil, &LoadError{Path: p, Err: err}
 		}
 		if !info.IsDir() {
-			ts, err := loadFile(p, format)
+			ts, err := loadFile(fsys, p, format)
 			if err != nil {
 				return nil, err
 			}
@@ -175,29 +221,29 @@ func LoadEach(paths []string, format string, fn func(Trajectory) error) ([]Skipp
 			}
 			continue
 		}
-		var files []string
-		err = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
+		var found []string
+		err = fsys.walk(p, func(name string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
 			}
 			if d.IsDir() {
-				if path != p && strings.HasPrefix(d.Name(), ".") {
-					return filepath.SkipDir
+				if name != p && strings.HasPrefix(d.Name(), ".") {
+					return fs.SkipDir
 				}
 				return nil
 			}
-			switch strings.ToLower(filepath.Ext(path)) {
+			switch strings.ToLower(fsys.ext(name)) {
 			case ".json", ".jsonl":
-				files = append(files, path)
+				found = append(found, name)
 			}
 			return nil
 		})
 		if err != nil {
 			return nil, &LoadError{Path: p, Err: err}
 		}
-		sort.Strings(files)
-		for _, f := range files {
-			ts, err := loadFile(f, format)
+		sort.Strings(found)
+		for _, f := range found {
+			ts, err := loadFile(fsys, f, format)
 			var nt *notTrajectory
 			if errors.As(err, &nt) {
 				skipped = append(skipped, Skipped{Path: f, Reason: nt.reason})
@@ -248,20 +294,19 @@ func (s *source) fail(pos string, err error) error {
 	return &LoadError{Path: s.path, Pos: pos, Err: err}
 }
 
-func loadFile(path, format string) ([]Trajectory, error) {
-	data, err := os.ReadFile(path)
+func loadFile(fsys files, path, format string) ([]Trajectory, error) {
+	data, err := fsys.read(path)
 	if err != nil {
 		return nil, &LoadError{Path: path, Err: err}
 	}
-	abs, _ := filepath.Abs(path)
-	set := filepath.Base(filepath.Dir(abs))
-	src := &source{path: path, set: set, name: set + "/" + filepath.Base(path), data: data, format: format}
+	set := fsys.set(path)
+	src := &source{path: path, set: set, name: set + "/" + fsys.base(path), data: data, format: format}
 	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
 	trimmed := bytes.TrimSpace(data)
 	if len(trimmed) == 0 {
 		return nil, src.fail("", notTraj("empty file"))
 	}
-	if format == FormatJSONL || format == FormatAuto && strings.EqualFold(filepath.Ext(path), ".jsonl") {
+	if format == FormatJSONL || format == FormatAuto && strings.EqualFold(fsys.ext(path), ".jsonl") {
 		return src.jsonl(data)
 	}
 	// One JSON value, or several (JSON lines in a .json file).

@@ -4,34 +4,46 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/internal/sample"
 	"github.com/ctxmgr/ctxmgr/turns"
 )
 
-// dataDir returns ../shared/data/<sub> relative to the repository root, or skips saying so.
-func dataDir(tb testing.TB, sub string) string {
+// loadSample loads the embedded sample of real runs (package internal/sample); paths are
+// paths under its trajectories directory ("mini-swe-agent/django__django-9296.traj.json"),
+// all of it when none is given.
+func loadSample(tb testing.TB, paths ...string) ([]Trajectory, []Skipped) {
 	tb.Helper()
-	dir, err := filepath.Abs(filepath.Join("..", "..", "shared", "data", sub))
+	full := []string{sample.Dir}
+	if len(paths) > 0 {
+		full = full[:0]
+		for _, p := range paths {
+			full = append(full, path.Join(sample.Dir, p))
+		}
+	}
+	var out []Trajectory
+	skipped, err := LoadEachFS(sample.FS(), full, "", func(t Trajectory) error {
+		out = append(out, t)
+		return nil
+	})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if _, err := os.Stat(dir); err != nil {
-		tb.Skipf("SKIPPED: test data missing: %s not found (%v); the data lives in ../shared/data beside the repository root", dir, err)
-	}
-	return dir
+	return out, skipped
 }
 
-func TestLoadSharedData(t *testing.T) {
-	dir := dataDir(t, "trajectories")
-	trajs, skipped, err := loadAll([]string{dir}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+// The embedded sample loads whole: every run converts to a valid history, with its system
+// prompt, a user message first and LLM calls; nothing in it is skipped.
+func TestLoadSample(t *testing.T) {
+	trajs, skipped := loadSample(t)
 	sets := map[string]int{}
 	for i := range trajs {
 		tr := &trajs[i]
@@ -51,15 +63,26 @@ func TestLoadSharedData(t *testing.T) {
 			t.Errorf("%s: no assistant messages", tr.Name)
 		}
 	}
-	mswe, _ := filepath.Glob(filepath.Join(dir, "mini-swe-agent", "*.traj.json"))
-	if sets["mini-swe-agent"] != len(mswe) || len(mswe) != 42 {
-		t.Errorf("mini-swe-agent: loaded %d runs of %d files (want 42)", sets["mini-swe-agent"], len(mswe))
+	mswe, err := fs.Glob(sample.FS(), path.Join(sample.Dir, "mini-swe-agent", "*.traj.json"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if sets["tau-bench"] != 200 {
-		t.Errorf("tau-bench: loaded %d runs, want 200", sets["tau-bench"])
+	if sets["mini-swe-agent"] != len(mswe) || len(mswe) != 12 {
+		t.Errorf("mini-swe-agent: loaded %d runs of %d files (want 12)", sets["mini-swe-agent"], len(mswe))
 	}
-	if len(skipped) != 1 || filepath.Base(skipped[0].Path) != "results_summary.json" {
-		t.Errorf("skipped = %+v, want results_summary.json only", skipped)
+	if sets["tau-bench"] != 30 {
+		t.Errorf("tau-bench: loaded %d runs, want 30", sets["tau-bench"])
+	}
+	if len(trajs) != sample.Runs || len(sets) != len(sample.Sets()) {
+		t.Errorf("%d runs in %d sets, the sample says %d runs in %v", len(trajs), len(sets), sample.Runs, sample.Sets())
+	}
+	for _, set := range sample.Sets() {
+		if sets[set] == 0 {
+			t.Errorf("set %s: no runs", set)
+		}
+	}
+	if len(skipped) != 0 {
+		t.Errorf("skipped = %+v, want nothing", skipped)
 	}
 	byName := map[string]*Trajectory{}
 	for i := range trajs {
@@ -108,6 +131,42 @@ func TestLoadSharedData(t *testing.T) {
 	last := tr.Messages[len(tr.Messages)-1]
 	if last.Role != chat.RoleTool || !strings.HasPrefix(last.Text(), "diff --git") {
 		t.Errorf("last message = %q %q, want the submission as a tool result", last.Role, last.Text()[:min(40, len(last.Text()))])
+	}
+}
+
+// LoadEachFS reads an fs.FS as LoadEach reads the same files on disk: the same runs, names and
+// sets, in the same order; only Path differs (a path of the FS, not of the disk).
+func TestLoadEachFSMatchesDisk(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, sample.FS()); err != nil {
+		t.Fatal(err)
+	}
+	fromDisk, err := load([]string{filepath.Join(dir, sample.Dir)}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromFS, _ := loadSample(t)
+	if len(fromDisk) != len(fromFS) || len(fromFS) != sample.Runs {
+		t.Fatalf("%d runs from disk, %d from the FS, want %d", len(fromDisk), len(fromFS), sample.Runs)
+	}
+	for i := range fromFS {
+		d, f := fromDisk[i], fromFS[i]
+		if want := path.Join(sample.Dir, f.Name); f.Path != strings.SplitN(want, "#", 2)[0] {
+			t.Errorf("run %d: path %q, want %q", i, f.Path, want)
+		}
+		d.Path, f.Path = "", ""
+		if !reflect.DeepEqual(d, f) {
+			t.Errorf("run %d (%s on disk, %s in the FS) differs", i, d.Name, f.Name)
+		}
+	}
+	// One file of the FS, and an error naming a path the FS does not have.
+	one, _ := loadSample(t, "tau-bench/gpt-4o-airline.json")
+	if len(one) != 30 || one[0].Name != "tau-bench/gpt-4o-airline.json#0" {
+		t.Errorf("tau-bench file: %d runs, first %q", len(one), one[0].Name)
+	}
+	var le *LoadError
+	if _, err := LoadEachFS(sample.FS(), []string{"nowhere"}, "", func(Trajectory) error { return nil }); !errors.As(err, &le) || le.Path != "nowhere" {
+		t.Errorf("missing path: %v", err)
 	}
 }
 
@@ -344,9 +403,8 @@ func TestLoadNamesUnique(t *testing.T) {
 
 // The mini-swe-agent conversion keeps content byte for byte.
 func TestMiniSWEAgentVerbatim(t *testing.T) {
-	dir := dataDir(t, "trajectories/mini-swe-agent")
-	p := filepath.Join(dir, "django__django-9296.traj.json")
-	raw, err := os.ReadFile(p)
+	p := "mini-swe-agent/django__django-9296.traj.json"
+	raw, err := fs.ReadFile(sample.FS(), path.Join(sample.Dir, p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,10 +416,7 @@ func TestMiniSWEAgentVerbatim(t *testing.T) {
 	if err := json.Unmarshal(raw, &f); err != nil {
 		t.Fatal(err)
 	}
-	ts, err := load([]string{p}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ts, _ := loadSample(t, p)
 	got := append(append([]chat.Message{}, ts[0].System...), ts[0].Messages...)
 	if len(got) != len(f.Messages) {
 		t.Fatalf("%d messages, file has %d", len(got), len(f.Messages))

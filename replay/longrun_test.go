@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -84,13 +85,16 @@ func fullTextOf(m *chat.Message) string {
 	return s
 }
 
-// TestWriteLongRuns writes the generated sets as OpenAI bodies under $CTXMGR_LONGRUNS_DIR
-// (one directory per set), so that `ctxmgr replay DIR` measures them. Skipped when unset.
+// TestWriteLongRuns writes the generated sets as OpenAI bodies, one directory per set, and
+// reads them back as `ctxmgr replay DIR` does: every run comes back whole, under its name and
+// set, and encodes to the very body written. The files go to $CTXMGR_LONGRUNS_DIR when it is
+// set (to measure them with `ctxmgr replay DIR`), else to a temporary directory.
 func TestWriteLongRuns(t *testing.T) {
 	dir := os.Getenv("CTXMGR_LONGRUNS_DIR")
 	if dir == "" {
-		t.Skip("CTXMGR_LONGRUNS_DIR not set")
+		dir = t.TempDir()
 	}
+	bodies := map[string][]byte{} // by run name, as LoadEach names it
 	for set, trs := range longRunSets(t) {
 		if err := os.MkdirAll(filepath.Join(dir, set), 0o755); err != nil {
 			t.Fatal(err)
@@ -100,10 +104,38 @@ func TestWriteLongRuns(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := os.WriteFile(filepath.Join(dir, set, filepath.Base(tr.Name)+".json"), body, 0o644); err != nil {
+			name := filepath.Base(tr.Name) + ".json"
+			if err := os.WriteFile(filepath.Join(dir, set, name), body, 0o644); err != nil {
 				t.Fatal(err)
 			}
+			bodies[set+"/"+name] = body
 		}
+	}
+	var sets []string
+	for set := range longRunSets(t) {
+		sets = append(sets, filepath.Join(dir, set))
+	}
+	read := 0
+	if _, err := LoadEach(sets, "", func(tr Trajectory) error {
+		want, ok := bodies[tr.Name]
+		if !ok {
+			t.Errorf("read back %s, which was not written", tr.Name)
+			return nil
+		}
+		read++
+		got, err := wire.EncodeOpenAI(&chat.Request{System: tr.System, Tools: tr.Tools, Messages: tr.Messages})
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s: read back, it encodes to a different body (%d bytes, written %d)", tr.Name, len(got), len(want))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if read != len(bodies) {
+		t.Errorf("read back %d runs of %d written", read, len(bodies))
 	}
 }
 

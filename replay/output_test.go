@@ -12,7 +12,7 @@ import (
 // main table first, a legend for every abbreviated column, and a note saying why a strategy
 // made no summary.
 func TestWriteTextReadable(t *testing.T) {
-	trajs := sample(t)
+	trajs := sampleRuns(t)
 	for _, tc := range []struct {
 		name           string
 		window, output int

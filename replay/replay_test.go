@@ -9,7 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
+	"path"
 	"reflect"
 	"regexp"
 	"strings"
@@ -19,6 +19,7 @@ import (
 
 	ctxmgr "github.com/ctxmgr/ctxmgr"
 	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/internal/sample"
 	"github.com/ctxmgr/ctxmgr/summarize"
 	"github.com/ctxmgr/ctxmgr/tokens"
 )
@@ -31,18 +32,20 @@ var (
 	exact       tokens.Counter
 )
 
-// sample returns three real trajectories: the two shortest mini-swe-agent runs and the first
-// tau-bench run.
-func sample(tb testing.TB) []Trajectory {
+// sampleRuns returns three real trajectories of the embedded sample: the two shortest
+// mini-swe-agent runs the tests were written on and the first tau-bench run.
+func sampleRuns(tb testing.TB) []Trajectory {
 	tb.Helper()
-	dir := dataDir(tb, "trajectories")
 	sampleOnce.Do(func() {
 		var ts []Trajectory
-		ts, sampleErr = load([]string{
-			filepath.Join(dir, "mini-swe-agent", "django__django-9296.traj.json"),
-			filepath.Join(dir, "mini-swe-agent", "django__django-16667.traj.json"),
-			filepath.Join(dir, "tau-bench", "gpt-4o-airline.json"),
-		}, "")
+		_, sampleErr = LoadEachFS(sample.FS(), []string{
+			path.Join(sample.Dir, "mini-swe-agent", "django__django-9296.traj.json"),
+			path.Join(sample.Dir, "mini-swe-agent", "django__django-16667.traj.json"),
+			path.Join(sample.Dir, "tau-bench", "gpt-4o-airline.json"),
+		}, "", func(t Trajectory) error {
+			ts = append(ts, t)
+			return nil
+		})
 		if sampleErr == nil {
 			sampleTrajs = ts[:3]
 		}
@@ -74,7 +77,7 @@ func byName(ts []Totals) map[string]*Totals {
 }
 
 func TestReplaySample(t *testing.T) {
-	all := sample(t)
+	all := sampleRuns(t)
 	tests := []struct {
 		name              string
 		trajs             []Trajectory
@@ -154,7 +157,7 @@ func TestReplaySample(t *testing.T) {
 }
 
 func TestReplayJSON(t *testing.T) {
-	trajs := sample(t)[2:]
+	trajs := sampleRuns(t)[2:]
 	res, err := Run(context.Background(), trajs, Options{Strategies: []string{"raw", "default", "masking"}, Counter: measuring(t), Profile: "openai"})
 	if err != nil {
 		t.Fatal(err)
@@ -231,7 +234,7 @@ func TestReplayJSON(t *testing.T) {
 
 // The same input gives the same result, whatever the number of workers (timings aside).
 func TestReplayDeterministic(t *testing.T) {
-	trajs := sample(t)
+	trajs := sampleRuns(t)
 	strip := func(res *Result) *Result {
 		res.ElapsedMS = 0
 		for i := range res.Strategies {
@@ -288,7 +291,7 @@ func TestReplayNoFit(t *testing.T) {
 
 // The lost check finds a message missing from the request and not recoverable.
 func TestLostCheck(t *testing.T) {
-	tr := sample(t)[2]
+	tr := sampleRuns(t)[2]
 	r := &runner{opts: Options{Window: 200000, MaxOutput: 32000, Counter: measuring(t)}}
 	d := analyze(&tr, r.opts.Counter)
 	m, s, st, err := r.manager("default", &tr)
@@ -375,7 +378,7 @@ func TestBilledSummarizer(t *testing.T) {
 }
 
 func TestOptions(t *testing.T) {
-	tr := sample(t)[2:]
+	tr := sampleRuns(t)[2:]
 	for _, o := range []Options{
 		{Strategies: []string{"nope"}},
 		{Strategies: []string{"raw", "raw"}},
@@ -401,7 +404,7 @@ func TestOptions(t *testing.T) {
 }
 
 func BenchmarkReplayDefault(b *testing.B) {
-	trajs := sample(b)
+	trajs := sampleRuns(b)
 	calls := 0
 	for i := range trajs {
 		calls += trajs[i].Calls()
@@ -434,7 +437,7 @@ func TestReplayLLMSummarizer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := Run(context.Background(), sample(t)[2:], Options{Window: 4500, MaxOutput: 1024, Strategies: []string{"default"}, Counter: measuring(t), Summarizer: llm})
+	res, err := Run(context.Background(), sampleRuns(t)[2:], Options{Window: 4500, MaxOutput: 1024, Strategies: []string{"default"}, Counter: measuring(t), Summarizer: llm})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -470,7 +473,7 @@ func TestFloor(t *testing.T) {
 		t.Errorf("one call: raw %d tokens at %.6f, floor %+v", raw.InputTokens, raw.Cost, res.Floor)
 	}
 
-	res, err = Run(context.Background(), sample(t), Options{Strategies: []string{"raw", "copaw", "cowagent"}, Counter: c})
+	res, err = Run(context.Background(), sampleRuns(t), Options{Strategies: []string{"raw", "copaw", "cowagent"}, Counter: c})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ import (
 // writes the report.
 func report(t *testing.T) (dir, page string, res *Result) {
 	t.Helper()
-	trajs := append([]Trajectory{}, sample(t)[1:]...)
+	trajs := append([]Trajectory{}, sampleRuns(t)[1:]...)
 	trajs[1].Name = `tau-bench/<script>alert("x")</script>&#0`
 	res, err := Run(context.Background(), trajs, Options{Window: 12000, MaxOutput: 1024, Counter: measuring(t)})
 	if err != nil {

@@ -190,7 +190,7 @@ func TestExtractiveTargets(t *testing.T) {
 	trajs := loadTrajectories(t)
 	msgs := trajs["django__django-11149"]
 	if msgs == nil {
-		t.Skip("trajectory django__django-11149 missing")
+		t.Fatal("django__django-11149 is not in the embedded sample")
 	}
 	for _, c := range []TokenCounter{ByteCounter{}, wordCounter{}} {
 		prevLen := 0

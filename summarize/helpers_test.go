@@ -2,31 +2,28 @@ package summarize
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
+	"io/fs"
+	"path"
 	"sort"
 	"strings"
 	"testing"
 
 	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/internal/sample"
 )
 
-// dataDir is the shared test data, relative to the package directory.
-const dataDir = "../../shared/data"
-
-// loadTrajectories returns the mini-swe-agent trajectories as plain text messages, skipping
-// the test when the data is missing.
+// loadTrajectories returns the mini-swe-agent runs of the embedded sample (package
+// internal/sample) as plain text messages, by run name.
 func loadTrajectories(t testing.TB) map[string][]chat.Message {
 	t.Helper()
-	dir := filepath.Join(dataDir, "trajectories", "mini-swe-agent")
-	files, _ := filepath.Glob(filepath.Join(dir, "*.traj.json"))
-	if len(files) == 0 {
-		t.Skipf("test data missing: no %s/*.traj.json (the shared data set is expected at %s relative to the package)", dir, dataDir)
+	files, err := fs.Glob(sample.FS(), path.Join(sample.Dir, "mini-swe-agent", "*.traj.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no mini-swe-agent runs in the embedded sample: %v", err)
 	}
 	sort.Strings(files)
 	out := map[string][]chat.Message{}
 	for _, f := range files {
-		b, err := os.ReadFile(f)
+		b, err := fs.ReadFile(sample.FS(), f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -43,7 +40,7 @@ func loadTrajectories(t testing.TB) map[string][]chat.Message {
 		for _, m := range tr.Messages {
 			msgs = append(msgs, chat.TextMessage(chat.Role(m.Role), m.Content))
 		}
-		out[strings.TrimSuffix(filepath.Base(f), ".traj.json")] = msgs
+		out[strings.TrimSuffix(path.Base(f), ".traj.json")] = msgs
 	}
 	return out
 }

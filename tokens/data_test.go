@@ -3,29 +3,21 @@ package tokens_test
 import (
 	"bufio"
 	"encoding/json"
+	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"sync"
 	"testing"
 
 	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/internal/sample"
 )
 
-// dataDir returns ../shared/data relative to the repository root (the package directory is
-// one level below it), or skips the test, saying so, when the data is missing.
-func dataDir(tb testing.TB, sub string) string {
-	tb.Helper()
-	wd, err := os.Getwd()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	dir := filepath.Join(wd, "..", "..", "shared", "data", sub)
-	if _, err := os.Stat(dir); err != nil {
-		tb.Skipf("SKIPPED: test data missing: %s not found (%v); the data lives in ../shared/data beside the repository root", dir, err)
-	}
-	return dir
-}
+// goldenPath is the golden token counts, in the repository's testdata (the package directory
+// is one level below the repository root).
+var goldenPath = filepath.Join("..", "testdata", "golden", "token-counts.jsonl")
 
 type goldenLine struct {
 	Source string `json:"source"`
@@ -43,10 +35,10 @@ func (g goldenLine) want(enc string) int {
 
 func loadGolden(tb testing.TB) []goldenLine {
 	tb.Helper()
-	path := filepath.Join(dataDir(tb, "golden"), "token-counts.jsonl")
+	path := goldenPath
 	f, err := os.Open(path)
 	if err != nil {
-		tb.Skipf("SKIPPED: test data missing: %v", err)
+		tb.Fatal(err)
 	}
 	defer f.Close()
 	var out []goldenLine
@@ -86,27 +78,27 @@ var trajCache struct {
 	runs []trajRun
 }
 
-// loadTrajectories parses the runs once per test binary; callers must not modify them.
+// loadTrajectories parses the mini-swe-agent runs of the embedded sample (package
+// internal/sample) once per test binary; callers must not modify them.
 func loadTrajectories(tb testing.TB) []trajRun {
 	tb.Helper()
-	dir := dataDir(tb, filepath.Join("trajectories", "mini-swe-agent"))
 	trajCache.Lock()
 	defer trajCache.Unlock()
 	if trajCache.runs == nil {
-		trajCache.runs = parseTrajectories(tb, dir)
+		trajCache.runs = parseTrajectories(tb, sample.FS(), path.Join(sample.Dir, "mini-swe-agent"))
 	}
 	return trajCache.runs
 }
 
-func parseTrajectories(tb testing.TB, dir string) []trajRun {
-	files, err := filepath.Glob(filepath.Join(dir, "*.traj.json"))
+func parseTrajectories(tb testing.TB, fsys fs.FS, dir string) []trajRun {
+	files, err := fs.Glob(fsys, path.Join(dir, "*.traj.json"))
 	if err != nil || len(files) == 0 {
-		tb.Skipf("SKIPPED: test data missing: no *.traj.json in %s", dir)
+		tb.Fatalf("no *.traj.json in %s: %v", dir, err)
 	}
 	sort.Strings(files)
 	var runs []trajRun
 	for _, file := range files {
-		b, err := os.ReadFile(file)
+		b, err := fs.ReadFile(fsys, file)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -126,7 +118,7 @@ func parseTrajectories(tb testing.TB, dir string) []trajRun {
 		if err := json.Unmarshal(b, &raw); err != nil {
 			tb.Fatalf("%s: %v", file, err)
 		}
-		run := trajRun{Name: filepath.Base(file)}
+		run := trajRun{Name: path.Base(file)}
 		for i, m := range raw.Messages {
 			run.Messages = append(run.Messages, chat.TextMessage(chat.Role(m.Role), m.Content))
 			if m.Role == "assistant" && m.Extra.Response.Usage.PromptTokens > 0 {

@@ -3,7 +3,6 @@ package tokens_test
 import (
 	"encoding/json"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -25,17 +24,17 @@ func FuzzCount(f *testing.F) {
 	} {
 		f.Add(s)
 	}
-	// A few golden lines, when the data is there (the seeds above suffice otherwise).
-	if wd, err := os.Getwd(); err == nil {
-		if b, err := os.ReadFile(filepath.Join(wd, "..", "..", "shared", "data", "golden", "token-counts.jsonl")); err == nil {
-			for i, line := range strings.Split(string(b), "\n") {
-				var g goldenLine
-				if i%40 != 0 || json.Unmarshal([]byte(line), &g) != nil || len(g.Text) > 4000 {
-					continue
-				}
-				f.Add(g.Text)
-			}
+	// A few golden lines.
+	b, err := os.ReadFile(goldenPath)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for i, line := range strings.Split(string(b), "\n") {
+		var g goldenLine
+		if i%40 != 0 || json.Unmarshal([]byte(line), &g) != nil || len(g.Text) > 4000 {
+			continue
 		}
+		f.Add(g.Text)
 	}
 	o200k := mustEncoding(f, tokens.O200kBase)
 	cl100k := mustEncoding(f, tokens.CL100kBase)

@@ -124,13 +124,13 @@ func FuzzSplit(f *testing.F) {
 	})
 }
 
-// loadGoldenTexts returns the texts of the golden file (../shared/data), or skips.
+// loadGoldenTexts returns the texts of the golden file (../testdata/golden).
 func loadGoldenTexts(tb testing.TB) []string {
 	tb.Helper()
-	path := filepath.Join("..", "..", "shared", "data", "golden", "token-counts.jsonl")
+	path := filepath.Join("..", "testdata", "golden", "token-counts.jsonl")
 	b, err := os.ReadFile(path)
 	if err != nil {
-		tb.Skipf("SKIPPED: test data missing: %v", err)
+		tb.Fatal(err)
 	}
 	var out []string
 	for _, line := range bytes.Split(b, []byte("\n")) {

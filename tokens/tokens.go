@@ -13,8 +13,8 @@
 //   - For OpenAI encodings (ForEncoding, ForModel) Text is the exact BPE count of the text with
 //     special-token strings such as "<|endoftext|>" encoded as ordinary text (they are user
 //     data, not control tokens). The vocabularies are embedded in the binary: nothing is
-//     downloaded at run time. The exact counts are proven against
-//     ../shared/data/golden/token-counts.jsonl by the package's tests. The one deliberate
+//     downloaded at run time. The exact counts are proven against the repository's
+//     testdata/golden/token-counts.jsonl by the package's tests. The one deliberate
 //     exception is a text holding a run of more than 512 bytes of one character class (a
 //     base64 blob of zeros, a line of 100 000 "="): BPE costs time quadratic in the length of
 //     such a run, so it is counted in slices, which keeps the time linear and errs high by at

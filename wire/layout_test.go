@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -63,15 +61,11 @@ type tauRun struct {
 	Traj []json.RawMessage `json:"traj"`
 }
 
-// tauBenchRuns reads the tau-bench airline runs of the shared data.
+// tauBenchRuns reads the tau-bench airline runs of the embedded sample.
 func tauBenchRuns(t *testing.T) []tauRun {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(sharedData(t), "trajectories/tau-bench/gpt-4o-airline.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var runs []tauRun
-	if err := json.Unmarshal(raw, &runs); err != nil {
+	if err := json.Unmarshal(tauBenchFile(t), &runs); err != nil {
 		t.Fatal(err)
 	}
 	return runs

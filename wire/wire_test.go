@@ -4,22 +4,24 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
+	"io/fs"
+	"path"
 	"reflect"
 	"testing"
 
 	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/internal/sample"
 )
 
-// sharedData returns ../shared/data relative to the repository root, or skips.
-func sharedData(t testing.TB) string {
+// tauBenchFile returns the tau-bench airline runs of the embedded sample (package
+// internal/sample): the first 30 of the 200 runs of gpt-4o-airline.json, as a JSON array.
+func tauBenchFile(t testing.TB) []byte {
 	t.Helper()
-	dir, _ := filepath.Abs("../../shared/data")
-	if _, err := os.Stat(dir); err != nil {
-		t.Skipf("shared test data missing at %s: %v", dir, err)
+	raw, err := fs.ReadFile(sample.FS(), path.Join(sample.Dir, "tau-bench", "gpt-4o-airline.json"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	return dir
+	return raw
 }
 
 func jsonEqual(t *testing.T, want, got []byte) {
@@ -41,11 +43,7 @@ func jsonEqual(t *testing.T, want, got []byte) {
 }
 
 func TestRoundTripTauBench(t *testing.T) {
-	dir := sharedData(t)
-	raw, err := os.ReadFile(filepath.Join(dir, "trajectories/tau-bench/gpt-4o-airline.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := tauBenchFile(t)
 	var runs []struct {
 		Traj json.RawMessage `json:"traj"`
 	}

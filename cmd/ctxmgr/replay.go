@@ -14,15 +14,12 @@ import (
 	"github.com/spf13/cobra"
 
 	ctxmgr "github.com/ctxmgr/ctxmgr"
+	"github.com/ctxmgr/ctxmgr/internal/sample"
 	"github.com/ctxmgr/ctxmgr/replay"
 	"github.com/ctxmgr/ctxmgr/summarize"
 	"github.com/ctxmgr/ctxmgr/tokens"
 	"github.com/ctxmgr/ctxmgr/wire"
 )
-
-// defaultTrajectories is where replay looks when no path is given (relative to the working
-// directory: the project's shared data).
-const defaultTrajectories = "../shared/data/trajectories"
 
 // replayOptions holds the flags of the replay command.
 type replayOptions struct {
@@ -61,7 +58,9 @@ PATHs are files or directories (searched for *.json and *.jsonl). Formats are
 detected per file (--format to force): a JSON array of OpenAI messages, an
 object with "messages" (an OpenAI or Anthropic body, or a trajectory with
 "tools"), JSONL with one such object a line, tau-bench result files and
-mini-swe-agent trajectories. With no PATH, ` + defaultTrajectories + ` is used.
+mini-swe-agent trajectories. With no PATH, replay replays the sample of real runs
+embedded in the binary (12 mini-swe-agent runs on SWE-bench tasks and 30 tau-bench
+airline runs, MIT-licensed; their licences are in the repository beside them).
 
 --summarizer openai|anthropic --model NAME summarizes with an LLM instead of the
 extractive summarizer. The API key is read from OPENAI_API_KEY (openai) or
@@ -79,7 +78,8 @@ results the cost model never masks; default leaves it off) is swept too: default
 default@20, default@30, default@60 appear in the tables and on the cost/recall chart
 beside every preset.`,
 		Example: `  ctxmgr replay
-  ctxmgr replay --window 32768 --max-output 4096 ../shared/data/trajectories
+  ctxmgr replay --window 32768 --max-output 4096
+  ctxmgr replay --window 32768 --max-output 4096 path/to/trajectories/
   ctxmgr replay --strategy raw,masking,default --json runs/
   ctxmgr replay --report out/ --report-trajectory mini-swe-agent/django__django-11149.traj.json
   OPENAI_API_KEY=sk-... ctxmgr replay --window 32768 --max-output 4096 --summarizer openai --model gpt-4o-mini`,
@@ -172,11 +172,20 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 	if err != nil {
 		return err
 	}
+	// With no PATH, the sample embedded in the binary is replayed.
+	loadEach := func(fn func(replay.Trajectory) error) ([]replay.Skipped, error) {
+		return replay.LoadEach(args, o.format, fn)
+	}
+	inputs := strings.Join(args, ", ")
 	if len(args) == 0 {
-		if info, err := os.Stat(defaultTrajectories); err != nil || !info.IsDir() {
-			return usageErrorf("no PATH given and %s does not exist here", defaultTrajectories)
+		loadEach = func(fn func(replay.Trajectory) error) ([]replay.Skipped, error) {
+			return replay.LoadEachFS(sample.FS(), []string{sample.Dir}, o.format, fn)
 		}
-		args = []string{defaultTrajectories}
+		inputs = "the embedded sample"
+		if !o.quiet {
+			fmt.Fprintf(stderr, "ctxmgr: replay: replaying the embedded sample of %d real runs (%s); pass a PATH to replay your own\n",
+				sample.Runs, strings.Join(sample.Sets(), ", "))
+		}
 	}
 	// The trajectories are read and replayed one file at a time (replay.RunStream), and only
 	// the per-call series of the trajectory the report charts are kept: memory is bounded by
@@ -187,7 +196,7 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 	if o.report != "" {
 		var first string
 		found, best := false, -1
-		if _, err := replay.LoadEach(args, o.format, func(t replay.Trajectory) error {
+		if _, err := loadEach(func(t replay.Trajectory) error {
 			if first == "" {
 				first = t.Name
 			}
@@ -209,7 +218,7 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 	var skipped []replay.Skipped
 	source := func(yield func(replay.Trajectory) error) error {
 		var err error
-		skipped, err = replay.LoadEach(args, o.format, yield)
+		skipped, err = loadEach(yield)
 		return err
 	}
 	opts := replay.Options{
@@ -240,7 +249,7 @@ func runReplay(cmd *cobra.Command, o *replayOptions, args []string) error {
 		}
 	}
 	if res.Trajectories == 0 {
-		return fmt.Errorf("replay: no trajectories in %s", strings.Join(args, ", "))
+		return fmt.Errorf("replay: no trajectories in %s", inputs)
 	}
 	if guard != nil && !o.quiet {
 		if n, ok, reason := guard.counts(); n > 0 {

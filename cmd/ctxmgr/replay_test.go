@@ -90,3 +90,54 @@ func TestReplayRejectsUnknownReportTrajectory(t *testing.T) {
 		t.Errorf("a report was written")
 	}
 }
+
+// With no PATH, replay replays the sample embedded in the binary, wherever it runs, and says
+// so in one line on stderr (none with -q); the report's first pass reads it too.
+func TestReplayEmbeddedSample(t *testing.T) {
+	t.Chdir(t.TempDir()) // nothing beside the working directory
+	r := runCmd(t, "", "replay", "--strategy", "raw,default", "--json")
+	if r.code != 0 {
+		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+	if want := "ctxmgr: replay: replaying the embedded sample of 42 real runs (mini-swe-agent, tau-bench); pass a PATH to replay your own\n"; r.stderr != want {
+		t.Errorf("stderr %q, want %q", r.stderr, want)
+	}
+	var res struct {
+		Trajectories int `json:"trajectories"`
+		Calls        int `json:"calls"`
+		Sets         []struct {
+			Name         string `json:"name"`
+			Trajectories int    `json:"trajectories"`
+		} `json:"sets"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+		t.Fatalf("%v: %s", err, r.stdout)
+	}
+	sets := map[string]int{}
+	for _, s := range res.Sets {
+		sets[s.Name] = s.Trajectories
+	}
+	if res.Trajectories != 42 || res.Calls == 0 || len(sets) != 2 || sets["mini-swe-agent"] != 12 || sets["tau-bench"] != 30 {
+		t.Errorf("%d trajectories, %d calls, sets %v; want 42 runs: 12 mini-swe-agent, 30 tau-bench", res.Trajectories, res.Calls, sets)
+	}
+
+	r = runCmd(t, "", "replay", "-q", "--strategy", "raw")
+	if r.code != 0 || r.stderr != "" || !strings.Contains(r.stdout, "replay: 42 trajectories") {
+		t.Errorf("-q: exit %d, stderr %q, stdout %q", r.code, r.stderr, r.stdout)
+	}
+
+	// The charted trajectory is looked up in the sample: the help's example name exists,
+	// an unknown one is refused before anything runs.
+	out := filepath.Join(t.TempDir(), "report")
+	r = runCmd(t, "", "replay", "-q", "--strategy", "raw", "--report", out, "--report-trajectory", "mini-swe-agent/django__django-11149.traj.json")
+	if r.code != 0 {
+		t.Fatalf("--report: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(out, "index.html")); err != nil {
+		t.Error(err)
+	}
+	r = runCmd(t, "", "replay", "-q", "--strategy", "raw", "--report", out, "--report-trajectory", "nope.json")
+	if r.code != exitUsage || !strings.Contains(r.stderr, `"nope.json": no such trajectory (names look like "mini-swe-agent/`) {
+		t.Errorf("unknown --report-trajectory: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
