@@ -49,8 +49,8 @@ func (p Prices) validate() error {
 // the calls made so far remain with probability 3/4, so the estimate is calls/3, and a rewrite
 // that pays under it pays off at least 3 times in 4. Early in a run that estimate says less
 // than the run is known to hold: an agent in its tool loop makes a few more calls, so it is at
-// least 3 (on the tuning runs, a floor of 1 left the first pages of a long read whole, then
-// deep in the prefix, for the whole run).
+// least 3 (with a lower floor, the first pages of a long read would stay whole, then deep in
+// the prefix, for the whole run).
 //
 // Expected returns the expected net saving in base-price tokens (positive: the rewrite pays):
 //

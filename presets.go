@@ -53,29 +53,26 @@ func Preset(name string, window, maxOutput int) (Config, error) {
 		// it pays, in batches: results a later one shows again become references to it (no
 		// recall lost), results older than the 2 newest (and pages of a document read past)
 		// are cut to 3,000 bytes keeping the lines that hold identifiers in play; below the
-		// threshold nothing is masked to a stub by cost (CostMaskKeep off: at 30, the long
-		// coding runs of the tuning set cost 0.525x raw at recall 0.9938, under qwenpaw's
-		// 0.9956; off, 0.570x at 0.9977). Over the threshold (95%) compaction runs in
-		// large batches: masking beyond the 10 newest when it frees 5% of the window, then,
-		// if still over, masking all but the 2 newest, then all but the newest (the
-		// conversation's own messages stay verbatim), and only then summaries down to a 20%
-		// reserve, cut between tool iterations when one turn is the whole run.
+		// threshold nothing is masked to a stub by cost (CostMaskKeep off: masking by cost
+		// trades recall for cost, and replay's report sweeps it). Over the threshold (95%)
+		// compaction runs in large batches: masking beyond the 10 newest when it frees 5% of
+		// the window, then, if still over, masking all but the 2 newest, then all but the
+		// newest (the conversation's own messages stay verbatim), and only then summaries
+		// down to a 20% reserve, cut between tool iterations when one turn is the whole run.
 		// The summary may use 6% of the window (at least 1000 tokens): it is what remains
 		// of everything evicted, so it is worth more than its share of a call.
 		// The threshold is what must fit, not when to save: saving is the cost model's
-		// call, at any size. Compacting at 85% rewrote requests that would have fit, each a
-		// cache miss and often the run's last calls (a 32K window: 10 summaries on the shared
-		// mini-swe-agent runs against 5 at 95%). The 5% left, beside the 2% safety margin,
-		// absorbs the error of a calibrated estimate (models whose tokenizer is not public)
-		// and lets a background summary be ready before it is needed.
+		// call, at any size, and a lower threshold rewrites requests that would have fit,
+		// each a cache miss, often in a run's last calls. The 5% left, beside the 2% safety
+		// margin, absorbs the error of a calibrated estimate (models whose tokenizer is not
+		// public) and lets a background summary be ready before it is needed.
 		w.Threshold, w.Reserve = 0.95, 0.20
 		c := Config{Budget: w}.tuningDefaults()
 		c.ToolResultCap, c.RequestedReadCap = 10000, 4*10000
 		c.MaskKeep, c.AgeOut, c.OldToolResultCap, c.RecentToolResults, c.CostMaskKeep = 10, true, 3000, 2, 0
 		// A page of a document read past in order keeps 1,000 bytes: the agent quoted what it
-		// needed in its own messages. On the read-and-quote tuning runs: 200K 0.653x raw /
-		// recall 0.9852 -> 0.577x / 0.9824, the three terms lost being line numbers found in old
-		// pages by chance; the coding runs, whose views jump between ranges, do not move.
+		// needed in its own messages, which stay verbatim, and the page stays readable through
+		// its reference. Views that jump between ranges of code keep OldToolResultCap.
 		c.PagedPastCap = 1000
 		c.Supersede, c.MaskBeforeSummary = true, true
 		c.SummaryTokens = max(min(1000, window/4), window*6/100)
