@@ -53,10 +53,10 @@ func TestArchiveGuideByPosition(t *testing.T) {
 	}
 }
 
-// TestLongSessionSmallWindowSummaryBounded drives the session of issue 10 (a user message, a
-// tool call, a 0.3-6 KB result and a reply per turn) on a 4096-token window over a file
-// store: the summary, guide included, stays within its target and every request fits, long
-// after the 81 turns at which the guide used to outgrow the window.
+// TestLongSessionSmallWindowSummaryBounded drives a long session (a user message, a tool call,
+// a 0.3-6 KB result and a reply per turn, 300 turns) on a 4096-token window over a file store:
+// the summary, archive guide included, stays within its target and every request fits. A guide
+// that grew by a line per compaction, outside the target, would outgrow the window.
 func TestLongSessionSmallWindowSummaryBounded(t *testing.T) {
 	ctx := context.Background()
 	st, err := files.Open(t.TempDir(), files.Options{})

@@ -536,8 +536,7 @@ func TestFiftyMegabyteToolOutput(t *testing.T) {
 }
 
 // TestSessionUsesItsOwnManager: the operations are methods of the session, so a session made
-// by one Manager compacts into that Manager's store, whatever other Managers exist (a
-// Manager method handed another Manager's session used to store the summary in its own).
+// by one Manager compacts into that Manager's store, whatever other Managers exist.
 func TestSessionUsesItsOwnManager(t *testing.T) {
 	ctx := context.Background()
 	stA, stB := store.NewMemory(), store.NewMemory()

@@ -129,7 +129,7 @@ func BenchmarkHash(b *testing.B) {
 			_ = m.Hash()
 		}
 	})
-	// What Hash did before: SHA-256 of the message's JSON encoding.
+	// The obvious alternative, for comparison: SHA-256 of the message's JSON encoding.
 	b.Run("json", func(b *testing.B) {
 		b.SetBytes(int64(len(out)))
 		for b.Loop() {

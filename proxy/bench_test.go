@@ -435,8 +435,8 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	mem := os.Getenv("CTXMGR_BENCH_MEM") != ""
 	// The servers run in the benchmark's process. CTXMGR_BENCH_PROCS=1 runs each in a process
 	// of its own, as deployed (startBenchServer): each collector is then paced by its own
-	// garbage, but every request wakes three processes, and on 2 cores the reverse proxy's
-	// own p50 was 2.5x the in-process one (README, "Added latency").
+	// garbage, but every request wakes three processes, so on 2 cores every p50 is higher
+	// than in one process (docs/benchmarks.md).
 	// Each process's CPU time per request is then reported beside the latencies (cpu-µs for
 	// ctxmgr, rp-cpu-µs for the reverse proxy; Linux): on 2 cores the three servers and the
 	// client compete for the CPU, and what a proxy adds to the latency follows what it spends.
@@ -523,8 +523,8 @@ func BenchmarkProxyOverhead(b *testing.B) {
 			runtime.GC()
 			// The process's steady state. With the bodies above held, the heap is far larger
 			// than a proxy's own, and the first requests made after them allocate into memory
-			// the process has not used yet (on the benchmark's VM the first case ran at 4x the
-			// p50 of the same case run again in the process). So another conversation of the
+			// the process has not used yet, and the first case would measure the heap's growth
+			// rather than the proxy. So another conversation of the
 			// same size (another session, other first bytes) is sent first, unmeasured, and
 			// the one measured keeps its stated size.
 			warm := newBenchConversation(size)

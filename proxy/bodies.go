@@ -8,9 +8,8 @@ import (
 )
 
 // Forwarded bodies are encoded into reused buffers. A long conversation's body is hundreds of
-// KB, and allocating one per request cost more than encoding it, in allocation and garbage
-// collection (the in-process handler, 100K-token OpenAI requests: 0.64-0.80 -> 0.48-0.60 ms
-// and 696 -> 515 KB allocated a request, three rounds each). A buffer is reused only once
+// KB, and allocating one per request costs more than encoding it, in allocation and garbage
+// collection. A buffer is reused only once
 // nothing can read it any more: the exchange that encoded it has finished, and the transport
 // has closed every reader it was given (http.RoundTripper closes a request's body when it is
 // done with it, possibly after RoundTrip has returned; the readers GetBody makes for a retry
@@ -22,16 +21,15 @@ import (
 // that continues it holds it while comparing. Nothing decoded from a body refers to it (the
 // wire decoders copy what they keep: wire's tests scribble over the body after decoding), so
 // once the exchange, the transport and the cache have let go, the next request's body is
-// read into it. At 100K tokens this is most of what a request allocated: its 400 KB body,
-// allocated and zeroed, every request.
+// read into it. At 100K tokens a body is 400 KB: allocated and zeroed on every request, it
+// would be most of what a request allocates.
 
 // Buffers are kept by size class (bufferPool): a class holds buffers of at least its
 // capacity, and a body takes a buffer from the smallest class that holds it. One pool of
-// mixed sizes, taking a buffer only if it fitted, failed on what a proxy sees most: a
-// conversation grows by each turn, so its bodies soon outgrew the buffers pooled, which were
-// taken, found too small, and put back, while a new buffer was allocated: in one
-// conversation of 100K tokens, once it had grown by an eighth, 79% of the client's bodies were
-// read into a new buffer (README, "Added latency").
+// mixed sizes, taking a buffer only if it fitted, would fail on what a proxy sees most: a
+// conversation grows by each turn, so its bodies soon outgrow the buffers pooled, which would
+// be taken, found too small, and put back, while a new buffer is allocated
+// (TestBufferPoolGrowingConversation).
 
 // maxPooledBody: larger buffers are left to the garbage collector rather than kept.
 const maxPooledBody = 16 << 20

@@ -376,8 +376,8 @@ type transportFunc func(*http.Request) (*http.Response, error)
 func (f transportFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // The work commit is given (the store write) starts once the transport has taken the
-// body's last byte, never before: started when the last byte is let go, it ran ahead of
-// the transport's goroutine. It starts exactly once, also when the transport fails without
+// body's last byte, never before: started when the last byte is let go, it would run ahead
+// of the transport's goroutine. It starts exactly once, also when the transport fails without
 // the last byte.
 func TestCutThroughCommitStartsThenAfterTheLastByte(t *testing.T) {
 	body := bytes.Repeat([]byte("x"), 4096)

@@ -30,8 +30,8 @@ import (
 // on. A body that shares less (a fork early in the conversation, another session) or that
 // was decoded whole is added beside the others: two sessions of one agent in one repository
 // often share their first kilobyte and more, and each must keep its own body, or each
-// request of one would evict the other's and be decoded whole (measured: 4-7 ms at 100K
-// tokens instead of 0.1). The cache is bounded by the bytes of the bodies it keeps
+// request of one would evict the other's and be decoded whole (milliseconds at 100K tokens,
+// against a tenth of one when continued). The cache is bounded by the bytes of the bodies it keeps
 // (Config.DecodeCacheBytes), least recently used dropped first.
 //
 // A body that changes the last message of the one it continues (Claude Code moves its
@@ -253,12 +253,11 @@ func (c *decodeCache) decode(f Format, body []byte, src *sentBody, exp *expected
 // does if any (the fields after the messages, where an Anthropic or Responses body has its
 // system prompt: most likely the same session), and among those the one that shares the
 // longest prefix with body. Prefixes are compared only between two or more such candidates
-// (DecodeNext compares the one chosen itself): a 400 KB comparison is a tenth of a request's
-// time. exp, if not nil, is the body compared with body while it was read: it is tried first,
-// with the length the reading found, and the others are then compared only where their 64
-// bytes before it match (mayShare). Up to maxCandidates sessions of one agent share a head
-// (its system prompt), and each was compared through that prompt before: on the real
-// mini-swe-agent runs (BenchmarkHandlerRealRuns) a tenth of the handler's CPU.
+// (DecodeNext compares the one chosen itself): a 400 KB comparison is a large part of a
+// request's time. exp, if not nil, is the body compared with body while it was read: it is
+// tried first, with the length the reading found, and the others are then compared only where
+// their 64 bytes before it match (mayShare), so that the up to maxCandidates sessions of one
+// agent sharing a head (its system prompt) are not each compared through that prompt.
 func (c *decodeCache) lookup(head [16]byte, body []byte, exp *expected) *decoded {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -8,8 +8,8 @@ const flushIdle = 10 * time.Second
 // flushers runs the store writes that go beside upstream calls (exchange.startFlush) on
 // goroutines that live from one write to the next. A write goes deep into the store's driver
 // (SQLite's is C translated to Go, with a deep stack): on a new goroutine each time, the
-// stack grew from its 8 KiB start by copying, again on every request, a fifth of the write's
-// CPU in BenchmarkProxyOverhead's profile. A worker keeps its grown stack.
+// stack would grow from its 8 KiB start by copying, again on every request. A worker keeps its
+// grown stack.
 //
 // Workers are made on demand (a write that finds none idle starts one) and exit after
 // flushIdle without work, so a Server needs no Close to stop them and a burst leaves nothing

@@ -31,10 +31,10 @@ func jsonString(s string) string {
 	return string(b)
 }
 
-// TestAnthropicBreakpointsDoNotPileUp is the reproduction of issue 9 (1): four requests, each
-// with two breakpoints (a system block and the last message), the breakpoint moving to the
-// newest message every time, on a window small enough that the proxy rewrites the request.
-// The real API refuses a fifth breakpoint; the proxy used to forward 2, 3, 4, 5.
+// TestAnthropicBreakpointsDoNotPileUp: four requests, each with two breakpoints (a system
+// block and the last message), the breakpoint moving to the newest message every time, on a
+// window small enough that the proxy rewrites the request. The real API refuses a fifth
+// breakpoint; a proxy that kept the breakpoints of earlier requests would forward 2, 3, 4, 5.
 func TestAnthropicBreakpointsDoNotPileUp(t *testing.T) {
 	e := newEnv(t, fakeupstream.Options{KeepBodies: true}, Config{Window: 16000})
 	// 48 KB: above the cap of a read (cat) even when it would fit the window.

@@ -366,15 +366,13 @@ type exchange struct {
 // client's connection: messages taken in are stored even if the client goes away.
 //
 // For a request forwarded as the client's bytes, send starts it once the request is on its
-// way: waking the writer costs a system call (10-20 us, BenchmarkHandler's profile), which
-// before the last byte is let go is latency the client sees, after it is time the upstream
-// takes anyway. For a cut-through request that is once the transport has written the last
-// byte (cutThrough.commit). Woken as the last byte was let go, the worker ran before the
-// transport's goroutine (the scheduler runs the goroutine readied last first): from the
-// decision to the transport's taking the last byte was 105-122 us, against 77-96 us with
-// the write started after it (BenchmarkProxyOverhead's 100K row with a 2 ms upstream, in
-// one process, timed in a throwaway build). A rewritten request starts it before it is
-// encoded (manage), and awaitFlush on every other path.
+// way: waking the writer costs a system call, which before the last byte is let go is
+// latency the client sees, after it is time the upstream takes anyway. For a cut-through
+// request that is once the transport has written the last byte (cutThrough.commit): a worker
+// woken as the last byte is let go would run before the transport's goroutine (the scheduler
+// runs the goroutine readied last first) and delay that byte
+// (TestCutThroughCommitStartsThenAfterTheLastByte). A rewritten request starts it before it
+// is encoded (manage), and awaitFlush on every other path.
 func (x *exchange) startFlush() {
 	if start := x.prepareFlush(); start != nil {
 		start()
@@ -574,7 +572,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64, buf []byte, p
 var errAnswered = errors.New("answered")
 
 // The reasons a request is forwarded without context management: the label values of
-// ctxmgr_unmanaged_requests_total{reason}, each listed in the package doc and the README.
+// ctxmgr_unmanaged_requests_total{reason}, each listed in the package doc and docs/proxy.md.
 const (
 	// ReasonDecode: the body is not one the proxy can read (malformed JSON, an invalid
 	// history); the upstream gives the client the real error.
@@ -740,8 +738,7 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 		return x.body, info, nil
 	}
 	logDecision(ctx, x.log, &p.Report, false)
-	// A rewritten request is placed and encoded before it goes: the write overlaps that
-	// (when it first did, 100K compacting went from 3.0-3.2x to 2.9-3.0x the reverse proxy).
+	// A rewritten request is placed and encoded before it goes: the write overlaps that.
 	x.startFlush()
 	// Breakpoints are placed on a rewritten request only: the client's own bytes carry its own.
 	x.place(&p)

@@ -654,11 +654,10 @@ func (s *Server) opened(ps *psession, branched bool) *psession {
 // being opened went, if its history is a prefix of the incoming one, and returns it locked
 // (ok). A rewound history that is then sent again as it was (an agent run replayed under
 // the same key: every request a prefix of the stored history, each longer than the last) is
-// named by a branch id that changes with every request, so each opened a new branch and
-// stored and counted the whole history again (14.5 ms a request instead of 1 at 100K
-// tokens, and a copy of the history stored per request); it goes on in its branch instead.
-// The branches are remembered in memory only (the last recentBranches): after a restart the
-// first such request opens one by its id, as before. Each one tried that is not in memory is
+// named by a branch id that changes with every request; opening a new branch for each would
+// store and count the whole history again on every request, so it goes on in its branch
+// instead. The branches are remembered in memory only (the last recentBranches): after a
+// restart the first such request opens one by its id. Each one tried that is not in memory is
 // loaded from the store.
 func (s *Server) continueBranch(ctx context.Context, id string, m *managed, key managerKey, req *chat.Request, msgs []chat.Message, hashes []nhash) (*psession, bool, error) {
 	ps := s.acquire(id)

@@ -1,7 +1,7 @@
 // Package replay rebuilds every LLM call of recorded agent runs under each context strategy
 // and measures the result: input tokens, prompt-cache hits, summary calls, cost, overflows,
 // invalid requests, lost messages, reference recall and Prepare latency (the definitions are
-// in the README's replay section).
+// in docs/replay.md).
 //
 // Load reads trajectories (OpenAI message arrays and bodies, JSONL, tau-bench results,
 // mini-swe-agent trajectories); Run replays them under the strategies, in parallel; a Result
@@ -232,7 +232,7 @@ type Totals struct {
 	CostWithReadBack      float64 `json:"cost_with_read_back"`
 	CostWithReadBackVsRaw float64 `json:"cost_with_read_back_vs_raw"`
 	// InputTokens sums the measured input tokens of every prepared request; CachedTokens the
-	// part a prompt cache would serve (see README.md).
+	// part a prompt cache would serve (see docs/replay.md).
 	InputTokens  int64 `json:"input_tokens"`
 	CachedTokens int64 `json:"cached_tokens"`
 	// SummaryInputTokens and SummaryOutputTokens are what the summary calls would bill.

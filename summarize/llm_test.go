@@ -551,7 +551,7 @@ func TestValidateAnswer(t *testing.T) {
 		{"Hello! " + goodAnswer, &all, 0, false},
 		{"Sure! How can I help you today?\n" + goodAnswer, &all, 0, false},
 		{"**Goal**\n- x", &all, 0, false},
-		// Refusals and error texts inside the required headings (issue 10).
+		// Refusals and error texts inside the required headings.
 		{refusalInSections("- I'm sorry, I can't help with that."), &all, 0, false},
 		{refusalInSections("I’m sorry, but I cannot summarize this conversation."), &all, 0, false},
 		{refusalInSections("- As an AI language model, I don't have access to the files."), &all, 0, false},

@@ -24,9 +24,9 @@ const (
 // pre-tokenizer (pretok.go) and our own byte-pair merge (bpeCount), which is tiktoken's
 // algorithm: FuzzCountLibrary checks it against github.com/pkoukk/tiktoken-go on arbitrary
 // text, and the golden test against an independent implementation. The library itself is
-// only used by the tests: building its encoder takes 0.3-0.8 s (decoder maps, regular
-// expressions, sorted tables counting never uses), where parsing the ranks takes a few tens
-// of milliseconds (BenchmarkEncoderLoad).
+// only used by the tests: building its encoder takes hundreds of milliseconds (decoder maps,
+// regular expressions, sorted tables counting never uses), where parsing the ranks takes
+// tens (BenchmarkEncoderLoad; figures in docs/benchmarks.md).
 
 // One encoding value per encoding, built on first use and shared by every counter of that
 // encoding: the rank table is read-only, and the piece cache is a cache of a pure function,

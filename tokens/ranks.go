@@ -14,8 +14,8 @@ import (
 // map[string]uint32 because building that map was most of loading an encoding (200,000
 // inserts, each a cache miss in a table of megabytes). The table is built once and only read
 // after, so it can be a flat open-addressed array over one buffer of every token's bytes,
-// filled in the order of its slots (parseRanks). BenchmarkEncoderLoad, three rounds
-// alternating on a 2-core VM: 87-89 ms with the map, 39-41 with this table.
+// filled in the order of its slots (parseRanks), so that building it walks memory once
+// (BenchmarkEncoderLoad).
 //
 // Lookups (bpeCount, for every piece not yet in the piece cache) are what counting text
 // never seen before waits on: the table is megabytes, so the first slot a lookup reads is a
@@ -94,8 +94,7 @@ const hugePage = 2 << 20
 
 // newSlots returns n empty slots for t. A table of megabytes goes in memory backed by huge
 // pages where the system has them (mapHuge): every lookup reads a slot at random, and in 4 KB
-// pages most of those reads also missed the TLB. BenchmarkCountCold on a 2-core VM, the median
-// of 20 rounds of both binaries back to back: 0.93x the time. The mapping is released
+// pages most of those reads would also miss the TLB (BenchmarkCountCold). The mapping is released
 // when t is unreachable (rank keeps t reachable until it has read its last slot).
 func (t *rankTable) newSlots(n int) []rankSlot {
 	size := n * int(unsafe.Sizeof(rankSlot{}))
@@ -240,8 +239,8 @@ var errBase64 = errors.New("not padded standard base64")
 
 // appendBase64 appends what src, padded standard base64, encodes to dst. It is what
 // base64.StdEncoding.Decode does for a .tiktoken token, by hand because the library's
-// per-call overhead on 200,000 tokens of a few bytes was a fifth of loading a vocabulary
-// (BenchmarkEncoderLoad's profile); TestRankTable checks every token against it.
+// per-call overhead on 200,000 tokens of a few bytes is a large part of loading a vocabulary
+// (BenchmarkEncoderLoad); TestRankTable checks every token against it.
 func appendBase64(dst, src []byte) ([]byte, error) {
 	if len(src) == 0 || len(src)%4 != 0 {
 		return dst, errBase64

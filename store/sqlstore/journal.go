@@ -20,9 +20,9 @@ import (
 
 // The append journal (Config.Journal, Config.WriteBehind).
 //
-// A transaction costs the same whatever it holds: in SQLite, through modernc.org/sqlite, an
-// append of an agent's turn (two messages) costs about 150 us of CPU, most of it the commit's
-// fixed part (WAL frames, locks), and the proxy's answer waits for it. With write-behind,
+// A transaction costs about the same whatever it holds: in SQLite, through modernc.org/sqlite,
+// most of an append's CPU is the commit's fixed part (WAL frames, locks), and the proxy's
+// answer waits for it. With write-behind,
 // Append checks its position, writes one record to the journal with one write(2) and
 // returns; a goroutine applies what the journal holds to the database at most WriteBehind
 // later, every record in one transaction, and empties the journal.
