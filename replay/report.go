@@ -17,7 +17,7 @@ import (
 //   - prepared input tokens per call for each strategy on one trajectory, with the window
 //     limit and the compaction events marked;
 //   - cost and recall per strategy over all trajectories (bars);
-//   - cost against recall (scatter), with the Pareto frontier;
+//   - what the agent pays (cost plus read-back) against recall (scatter), with the Pareto frontier;
 // and the tables of the text output. A tiny inline script checks that every chart rendered
 // (each SVG and its data marks have a non-empty bounding box) and records the verdict in
 // body[data-rendered] ("ok" or "fail:<chart ids>"), which tests read in headless Chromium.
@@ -343,7 +343,7 @@ func (s *scene) mark(v float64, label string) {
 }
 
 // scatterCaption is the caption of the cost-recall scatter.
-const scatterCaption = "Upper left is better: cheaper (left) and recalling more (up). The dashed line joins the Pareto frontier " +
+const scatterCaption = "Upper left is better: paying less, reading back included (left), and recalling more (up). The dashed line joins the Pareto frontier " +
 	"of the strategies that never overflowed the window nor sent an invalid request: no other such strategy costs less " +
 	"and recalls more. Hollow points did overflow (or send invalid requests): their requests would have been rejected, " +
 	"so they are not eligible however cheap they look."
@@ -352,18 +352,18 @@ const scatterCaption = "Upper left is better: cheaper (left) and recalling more 
 // prepared would have been accepted (no overflow, no invalid tool-call pairing).
 func eligible(t *Totals) bool { return t.Overflows == 0 && t.Invalid == 0 }
 
-// scatterChart: cost against recall, one point per strategy, with the Pareto frontier of the
+// scatterChart: what the agent pays (cost plus read-back) against recall, one point per strategy, with the Pareto frontier of the
 // eligible strategies (the ones that no other eligible one beats on both: cheaper or as
 // cheap, and recalling as much or more). Labels are placed so that they do not overlap.
 func (r *Result) scatterChart() *scene {
-	s := &scene{ID: "frontier", W: 640, H: 420, Title: "Cost against recall (all trajectories)", Caption: scatterCaption}
+	s := &scene{ID: "frontier", W: 640, H: 420, Title: "What the agent pays against recall (all trajectories)", Caption: scatterCaption}
 	if len(r.Strategies) == 0 {
 		return s
 	}
 	cmin, cmax := math.Inf(1), math.Inf(-1)
 	rmin := 1.0
 	for _, t := range r.Strategies {
-		cmin, cmax = min(cmin, t.Cost), max(cmax, t.Cost)
+		cmin, cmax = min(cmin, t.CostWithReadBack), max(cmax, t.CostWithReadBack)
 		rmin = min(rmin, t.Recall)
 	}
 	pad := (cmax - cmin) * 0.12
@@ -372,7 +372,7 @@ func (r *Result) scatterChart() *scene {
 	}
 	rlo := math.Max(0, math.Floor((rmin-0.005)*100)/100)
 	f := &frame{x0: 70, y0: 20, x1: float64(s.W) - 30, y1: float64(s.H) - 50, xmin: math.Max(0, cmin-pad), xmax: cmax + pad, ymin: rlo, ymax: 1.002}
-	f.axes(s, "cost (units of 1M input tokens) — cheaper is left", "recall — higher is better", niceTicks(f.xmin, f.xmax, 6), niceTicks(rlo, 1, 5))
+	f.axes(s, "paid: cost + read-back (units of 1M input tokens) — cheaper is left", "recall — higher is better", niceTicks(f.xmin, f.xmax, 6), niceTicks(rlo, 1, 5))
 	idx := make([]int, 0, len(r.Strategies))
 	for i := range r.Strategies {
 		if eligible(&r.Strategies[i]) {
@@ -381,8 +381,8 @@ func (r *Result) scatterChart() *scene {
 	}
 	sort.SliceStable(idx, func(a, b int) bool {
 		ta, tb := &r.Strategies[idx[a]], &r.Strategies[idx[b]]
-		if ta.Cost != tb.Cost {
-			return ta.Cost < tb.Cost
+		if ta.CostWithReadBack != tb.CostWithReadBack {
+			return ta.CostWithReadBack < tb.CostWithReadBack
 		}
 		return ta.Recall > tb.Recall
 	})
@@ -393,7 +393,7 @@ func (r *Result) scatterChart() *scene {
 		t := &r.Strategies[i]
 		if t.Recall > best {
 			best = t.Recall
-			front = append(front, pt(f.px(t.Cost), f.py(t.Recall)))
+			front = append(front, pt(f.px(t.CostWithReadBack), f.py(t.Recall)))
 			names = append(names, t.Name)
 		}
 	}
@@ -403,18 +403,18 @@ func (r *Result) scatterChart() *scene {
 	case len(front) == 1:
 		// One eligible strategy beats all other eligible ones on both counts: ring it.
 		t := &r.Strategies[idx[0]]
-		s.Circles = append(s.Circles, sCircle{X: f.px(t.Cost), Y: f.py(t.Recall), R: 11, Fill: "none", Stroke: "#333",
+		s.Circles = append(s.Circles, sCircle{X: f.px(t.CostWithReadBack), Y: f.py(t.Recall), R: 11, Fill: "none", Stroke: "#333",
 			Title: "Pareto frontier: " + t.Name + " is the cheapest of the strategies that never overflowed, and recalls most"})
 	default:
 		s.Caption += " No strategy was eligible: every one overflowed the window or sent an invalid request."
 	}
 	pl := &labelPlacer{bounds: box{x0: f.x0 + 2, y0: 2, x1: float64(s.W) - 2, y1: f.y1 - 2}}
 	for _, t := range r.Strategies {
-		pl.points = append(pl.points, box{x0: f.px(t.Cost) - 7, y0: f.py(t.Recall) - 7, x1: f.px(t.Cost) + 7, y1: f.py(t.Recall) + 7})
+		pl.points = append(pl.points, box{x0: f.px(t.CostWithReadBack) - 7, y0: f.py(t.Recall) - 7, x1: f.px(t.CostWithReadBack) + 7, y1: f.py(t.Recall) + 7})
 	}
 	for _, t := range r.Strategies {
-		x, y := f.px(t.Cost), f.py(t.Recall)
-		fill, title, label := strategyColor(t.Name), fmt.Sprintf("%s: cost %.3f, recall %.4f", t.Name, t.Cost, t.Recall), t.Name
+		x, y := f.px(t.CostWithReadBack), f.py(t.Recall)
+		fill, title, label := strategyColor(t.Name), fmt.Sprintf("%s: paid %.3f, recall %.4f", t.Name, t.CostWithReadBack, t.Recall), t.Name
 		if !eligible(&t) {
 			fill = "#fff"
 			title += fmt.Sprintf(", %d overflows, %d invalid requests: not eligible for the frontier", t.Overflows, t.Invalid)
@@ -549,16 +549,16 @@ prices “{{.Profile}}” per million tokens: uncached input {{.Prices.Uncached}
 <div class="charts">{{range .Charts}}{{template "chart" .}}{{end}}</div>
 <h2>Totals</h2>
 <table>
-<tr><th>strategy</th><th>input</th><th>cached</th><th>summary in</th><th>summary out</th><th>cost</th><th>vs raw</th><th>peak</th><th>overflows</th><th>invalid</th><th>lost</th><th>recall</th><th>compactions</th><th>p50 µs</th><th>p99 µs</th></tr>
-{{range .Strategies}}<tr><td><i class="swatch" style="background: {{color .Name}}"></i>{{.Name}}</td><td>{{.InputTokens}}</td><td>{{.CachedTokens}}</td><td>{{.SummaryInputTokens}}</td><td>{{.SummaryOutputTokens}}</td><td>{{f3 .Cost}}</td><td>{{pct .CostVsRaw}}</td><td>{{.PeakTokens}}</td><td>{{.Overflows}}</td><td>{{.Invalid}}</td><td>{{.Lost}}</td><td>{{f4 .Recall}}</td><td>{{.Compactions}}</td><td>{{f0 .PrepareP50US}}</td><td>{{f0 .PrepareP99US}}</td></tr>
-{{end}}<tr class="floor"><td>floor</td><td>{{.Floor.InputTokens}}</td><td>0</td><td></td><td></td><td>{{f3 .Floor.Cost}}</td><td>{{pct .Floor.CostVsRaw}}</td><td></td><td></td><td></td><td></td><td></td><td></td><td></td><td></td></tr>
+<tr><th>strategy</th><th>paid</th><th>vs raw</th><th>input</th><th>cached</th><th>summary in</th><th>summary out</th><th>cost</th><th>vs raw</th><th>peak</th><th>overflows</th><th>invalid</th><th>lost</th><th>recall</th><th>compactions</th><th>p50 µs</th><th>p99 µs</th></tr>
+{{range .Strategies}}<tr><td><i class="swatch" style="background: {{color .Name}}"></i>{{.Name}}</td><td>{{f3 .CostWithReadBack}}</td><td>{{pct .CostWithReadBackVsRaw}}</td><td>{{.InputTokens}}</td><td>{{.CachedTokens}}</td><td>{{.SummaryInputTokens}}</td><td>{{.SummaryOutputTokens}}</td><td>{{f3 .Cost}}</td><td>{{pct .CostVsRaw}}</td><td>{{.PeakTokens}}</td><td>{{.Overflows}}</td><td>{{.Invalid}}</td><td>{{.Lost}}</td><td>{{f4 .Recall}}</td><td>{{.Compactions}}</td><td>{{f0 .PrepareP50US}}</td><td>{{f0 .PrepareP99US}}</td></tr>
+{{end}}<tr class="floor"><td>floor</td><td></td><td></td><td>{{.Floor.InputTokens}}</td><td>0</td><td></td><td></td><td>{{f3 .Floor.Cost}}</td><td>{{pct .Floor.CostVsRaw}}</td><td></td><td></td><td></td><td></td><td></td><td></td><td></td><td></td></tr>
 </table>
 <h2>Per set of trajectories</h2>
 {{range .Sets}}<h3>{{.Name}}: {{.Trajectories}} runs, {{.Calls}} calls</h3>
 <table>
-<tr><th>strategy</th><th>cost</th><th>vs raw</th><th>recall</th><th>overflows</th><th>invalid</th><th>lost</th><th>compactions</th></tr>
-{{range .Strategies}}<tr><td>{{.Name}}</td><td>{{f3 .Cost}}</td><td>{{pct .CostVsRaw}}</td><td>{{f4 .Recall}}</td><td>{{.Overflows}}</td><td>{{.Invalid}}</td><td>{{.Lost}}</td><td>{{.Compactions}}</td></tr>
-{{end}}<tr class="floor"><td>floor</td><td>{{f3 .Floor.Cost}}</td><td>{{pct .Floor.CostVsRaw}}</td><td></td><td></td><td></td><td></td><td></td></tr>
+<tr><th>strategy</th><th>paid</th><th>vs raw</th><th>cost</th><th>vs raw</th><th>recall</th><th>overflows</th><th>invalid</th><th>lost</th><th>compactions</th></tr>
+{{range .Strategies}}<tr><td>{{.Name}}</td><td>{{f3 .CostWithReadBack}}</td><td>{{pct .CostWithReadBackVsRaw}}</td><td>{{f3 .Cost}}</td><td>{{pct .CostVsRaw}}</td><td>{{f4 .Recall}}</td><td>{{.Overflows}}</td><td>{{.Invalid}}</td><td>{{.Lost}}</td><td>{{.Compactions}}</td></tr>
+{{end}}<tr class="floor"><td>floor</td><td></td><td></td><td>{{f3 .Floor.Cost}}</td><td>{{pct .Floor.CostVsRaw}}</td><td></td><td></td><td></td><td></td><td></td></tr>
 </table>
 {{if .Recorded}}<p class="note">The recorded runs reported {{.Recorded.InputTokens}} input tokens ({{.Recorded.CachedTokens}} cached) over {{.Recorded.Calls}} calls, in the recorded model's own tokenizer.</p>{{end}}
 {{end}}
