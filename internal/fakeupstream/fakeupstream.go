@@ -468,9 +468,10 @@ type call struct {
 
 var (
 	offloadRef = regexp.MustCompile(`Full text: (\S+)`)
-	// An archive line of the summary's guide: "messages A-B: LOC", several ranges of one
-	// location ("messages A-B, C-D: LOC") or a folded span ("messages A-B (in part): ...").
-	archiveRef = regexp.MustCompile(`messages (\d+)-(\d+)(?:, \d+-\d+)*(?: \(in part\))?: (\S+)`)
+	// An archive line of the summary's guide: "- messages A-B", several ranges ("- messages
+	// A-B, C-D") or a span ("- messages A-B (in part)"); older guides named a location after
+	// a colon.
+	archiveRef = regexp.MustCompile(`(?m)^- messages (\d+)-(\d+)(?:, \d+-\d+)*(?: \(in part\))?(?:: (\S+))?`)
 )
 
 func (s *Server) decide(req *chat.Request) reply {

@@ -604,6 +604,8 @@ func FuzzChecks(f *testing.F) {
 func TestFindRefGuideLines(t *testing.T) {
 	for text, want := range map[string]string{
 		"- messages 0-4: dialog/a.jsonl":                            "messages 0-4",
+		"- messages 3-40":                                           "messages 3-40",
+		"- messages 0-4, 9-12":                                      "messages 0-4",
 		"- messages 0-4, 9-12: dialog/a.jsonl":                      "messages 0-4",
 		"- messages 0-1994 (in part): 399 locations, a.jsonl to b":  "messages 0-1994",
 		"[ctxmgr: x masked. Full text: mem:s/tool_result/1 (read)]": "mem:s/tool_result/1",
