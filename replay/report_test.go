@@ -181,7 +181,7 @@ func TestReportChromium(t *testing.T) {
 // raw is cheapest and recalls most but overflowed 269 times, and several points nearly
 // coincide.
 func crowded() []Totals {
-	return []Totals{
+	return paidAsCost([]Totals{
 		{Name: "raw", Cost: 5.724, Recall: 1, Overflows: 269},
 		{Name: "default", Cost: 5.793, Recall: 0.9906},
 		{Name: "masking", Cost: 8.946, Recall: 0.9855, Overflows: 96},
@@ -194,7 +194,15 @@ func crowded() []Totals {
 		{Name: "same-a", Cost: 5.69, Recall: 0.9990},
 		{Name: "same-b", Cost: 5.70, Recall: 0.9991},
 		{Name: "same-c", Cost: 5.71, Recall: 0.9989},
+	})
+}
+
+// paidAsCost sets what each strategy pays to its cost: nothing read back.
+func paidAsCost(ts []Totals) []Totals {
+	for i := range ts {
+		ts[i].CostWithReadBack = ts[i].Cost
 	}
+	return ts
 }
 
 // The scatter says that upper left is better, draws the Pareto frontier over the strategies
@@ -212,11 +220,7 @@ func TestReportScatter(t *testing.T) {
 			[]string{"default"}, []string{"raw", "copaw"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			// The scatter places what each strategy pays: here nothing is read back.
-			for i := range tc.totals {
-				tc.totals[i].CostWithReadBack = tc.totals[i].Cost
-			}
-			r := &Result{Strategies: tc.totals, Window: 32768, MaxOutput: 4096}
+			r := &Result{Strategies: paidAsCost(tc.totals), Window: 32768, MaxOutput: 4096}
 			s := r.scatterChart()
 			if !strings.Contains(s.Caption, "Upper left is better") || strings.Contains(s.Caption, "Lower right") {
 				t.Errorf("caption %q", s.Caption)
