@@ -25,6 +25,9 @@ const replyPrefix = "[ctxmgr]"
 type command struct {
 	name string // compact, context, clear
 	arg  string
+	// native: a compaction the client asked for in the providers' own terms (native.go),
+	// answered in them.
+	native bool
 }
 
 func parseCommand(m *chat.Message) (command, bool) {

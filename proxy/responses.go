@@ -183,7 +183,14 @@ func textItemEvents(b *bytes.Buffer, seq *int, idx int, item json.RawMessage, te
 // stream.
 func writeResponsesLocal(w http.ResponseWriter, model string, stream bool, text string) {
 	item := noteItem(text)
-	resp := responseObject(randomID("resp_ctxmgr_"), model, []json.RawMessage{item})
+	writeResponsesItems(w, model, stream, []json.RawMessage{item}, map[int]string{0: text})
+}
+
+// writeResponsesItems answers a request with output items of the proxy's own, as a response
+// object or as its event stream; texts holds the text of the message items by index (their
+// text events), other items are streamed whole (added, then done).
+func writeResponsesItems(w http.ResponseWriter, model string, stream bool, items []json.RawMessage, texts map[int]string) {
+	resp := responseObject(randomID("resp_ctxmgr_"), model, items)
 	if !stream {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(resp)
@@ -194,14 +201,24 @@ func writeResponsesLocal(w http.ResponseWriter, model string, stream bool, text 
 	w.WriteHeader(http.StatusOK)
 	var b bytes.Buffer
 	seq := 0
+	send := func(typ string, v map[string]any) {
+		v["type"], v["sequence_number"] = typ, seq
+		seq++
+		b.Write(sse.Format(typ, mustMarshal(v)))
+	}
 	start := responseObject(resp["id"].(string), model, nil)
 	start["status"], start["usage"] = "in_progress", nil
-	b.Write(sse.Format("response.created", mustMarshal(map[string]any{"type": "response.created", "sequence_number": seq, "response": start})))
-	seq++
-	b.Write(sse.Format("response.in_progress", mustMarshal(map[string]any{"type": "response.in_progress", "sequence_number": seq, "response": start})))
-	seq++
-	textItemEvents(&b, &seq, 0, item, text)
-	b.Write(sse.Format("response.completed", mustMarshal(map[string]any{"type": "response.completed", "sequence_number": seq, "response": resp})))
+	send("response.created", map[string]any{"response": start})
+	send("response.in_progress", map[string]any{"response": start})
+	for i, item := range items {
+		if text, ok := texts[i]; ok {
+			textItemEvents(&b, &seq, i, item, text)
+			continue
+		}
+		send("response.output_item.added", map[string]any{"output_index": i, "item": item})
+		send("response.output_item.done", map[string]any{"output_index": i, "item": item})
+	}
+	send("response.completed", map[string]any{"response": resp})
 	_, _ = w.Write(b.Bytes())
 	flush(w)
 }

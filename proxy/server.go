@@ -53,6 +53,10 @@ type Server struct {
 	// bodies keeps the buffers bodies are read and encoded into (bodies.go).
 	bodies   bufferPool
 	flushers *flushers
+	// native is what the proxy learned of its upstreams' own context management (native.go);
+	// seal authenticates the compaction tokens it issues (native_token.go).
+	native nativeState
+	seal   sealer
 
 	closed atomic.Bool
 }
@@ -100,6 +104,7 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { s.handleChat(w, r, FormatAnthropic) })
 	mux.HandleFunc("POST /v1/messages/count_tokens", s.handleCountTokens(FormatAnthropic))
 	mux.HandleFunc("POST /v1/responses", func(w http.ResponseWriter, r *http.Request) { s.handleChat(w, r, FormatResponses) })
+	mux.HandleFunc("POST /v1/responses/compact", func(w http.ResponseWriter, r *http.Request) { s.handleChat(w, r, FormatResponses) })
 	mux.HandleFunc("POST /v1/responses/input_tokens", s.handleCountTokens(FormatResponses))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -318,6 +323,8 @@ type exchange struct {
 	model   string
 	stream  bool
 	managed bool
+	// nat is the providers' context management the proxy answers for this request (native.go).
+	nat *nativeAction
 
 	ps       *psession
 	id       string
@@ -460,6 +467,15 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 		return
 	}
 	x.body = body // counted: its buffer is reused once no one reads it (bodies.go)
+	if body, err = x.nativeRewrite(body); err != nil {
+		var ie *nativeInputError
+		if errors.As(err, &ie) {
+			writeError(sw, format, http.StatusBadRequest, "invalid_request_error", err.Error())
+		} else {
+			writeError(sw, format, http.StatusInternalServerError, "api_error", "ctxmgr: "+RedactText(err.Error()))
+		}
+		return
+	}
 	dec, di, derr := s.decodes.decode(format, body, x.bodyOf(body), x.exp)
 	x.exp.release()
 	x.exp = nil
@@ -486,6 +502,13 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 		// Not a body the proxy understands: the upstream gives the real error.
 		s.metrics.unmanaged.WithLabelValues(ReasonDecode).Inc()
 		attrs = append(attrs, slog.Bool("managed", false), slog.String("reason", ReasonDecode), slog.String("unmanaged", derr.Error()))
+		x.forward(r.Context(), body)
+		return
+	}
+	if x.nat == nil && strings.HasSuffix(r.URL.Path, "/responses/compact") {
+		// The upstream compacts (native.go): its answer replaces the client's history.
+		s.metrics.unmanaged.WithLabelValues(ReasonPath).Inc()
+		attrs = append(attrs, slog.Bool("managed", false), slog.String("reason", ReasonPath))
 		x.forward(r.Context(), body)
 		return
 	}
@@ -657,6 +680,9 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 	x.window, x.maxOut = window, mgr.m.Config().Budget.MaxOutput
 	dec.Tools = stripReadTool(dec.Tools)
 	msgs, cmd := splitCommandsFrom(dec.Messages, x.di.firstCmd)
+	if x.nat != nil && x.nat.compact {
+		cmd = &command{name: "compact", arg: x.nat.instruction, native: true}
+	}
 	if cmd == nil && len(dec.Tools) == 0 && len(msgs) == 1 && msgs[0].Role == chat.RoleUser {
 		return nil, info, &unmanagedError{ReasonSingleMessage, errors.New("one user message and no tools: nothing to manage, not stored")}
 	}
@@ -683,6 +709,10 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 	if branched {
 		info = append(info, slog.Bool("branched", true))
 	}
+	if cmd != nil && cmd.native {
+		err := s.answerCompaction(ctx, x, ps)
+		return nil, append(info, slog.String("command", "native_compaction")), err
+	}
 	if cmd != nil {
 		text := s.runCommand(ctx, ps, cmd, dec.System, dec.Tools)
 		ps.mu.Unlock()
@@ -700,6 +730,12 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 		return nil, info, errAnswered
 	}
 	p, err := ps.sess.Prepare(ctx)
+	if err == nil && x.nat != nil && x.nat.threshold > 0 && p.Report.InputAfter >= x.nat.threshold {
+		// The client's compaction threshold, reached by what would be forwarded.
+		if _, err = ps.sess.Compact(ctx, ""); err == nil {
+			p, err = ps.sess.Prepare(ctx)
+		}
+	}
 	if err == nil && !ps.readTool && (len(p.Report.Steps) > 0 || p.Report.Evicted > 0) {
 		// Only a step of the pipeline stores content to read back (an ingestion offload is
 		// seen when it is appended, in sync).

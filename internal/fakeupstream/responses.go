@@ -168,6 +168,20 @@ func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request) {
 	if err := turns.Validate(req.Messages, turns.ValidateOptions{}); err != nil {
 		rec.Valid = err.Error()
 	}
+	compact := false
+	switch s.opts.ProviderContext {
+	case ProviderContextNonNative:
+		if v := nonNativeResponses(body); v != nil {
+			s.refuse(w, &rec, v)
+			return
+		}
+	case ProviderContextNative:
+		var v *violation
+		if compact, v = s.nativeCompaction(body); v != nil {
+			s.refuse(w, &rec, v)
+			return
+		}
+	}
 	if msg, param, code := s.checkResponsesInput(body); msg != "" {
 		if rec.Valid == "" {
 			rec.Valid = msg
@@ -221,6 +235,9 @@ func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request) {
 	if n := len(req.Messages); n > 0 && strings.Contains(req.Messages[n-1].Text(), "slowly") {
 		rep.slow = true
 	}
+	if compact {
+		rep = reply{kind: "compaction"}
+	}
 	rec.Status, rec.Reply = 200, rep.kind
 	s.record(&rec)
 	var include []string
@@ -229,7 +246,10 @@ func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request) {
 	for _, in := range include {
 		reasoning = reasoning || in == "reasoning.encrypted_content"
 	}
-	resp := s.responseObject(req, rep, rec.Tokens, reasoning)
+	resp := s.responseObject(req, rep, rec.Tokens, reasoning && !compact)
+	if compact {
+		resp["output"] = []any{s.issueCompaction()}
+	}
 	st.mu.Lock()
 	st.responses[resp["id"].(string)] = true
 	st.mu.Unlock()
@@ -355,6 +375,8 @@ func (s *Server) streamResponses(w http.ResponseWriter, resp map[string]any, slo
 				send("response.function_call_arguments.delta", map[string]any{"item_id": id, "output_index": i, "delta": p})
 			}
 			send("response.function_call_arguments.done", map[string]any{"item_id": id, "output_index": i, "arguments": args})
+		case "compaction":
+			send("response.output_item.added", map[string]any{"output_index": i, "item": item})
 		default: // reasoning
 			added := map[string]any{}
 			for k, v := range item {

@@ -1,0 +1,212 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+)
+
+// The providers' own context management (see docs/provider-context-management.md).
+//
+// The official APIs now compact and edit a conversation on their own servers when a request
+// asks them to: OpenAI Responses compaction (an input item {"type":"compaction_trigger"}, POST
+// /v1/responses/compact, "context_management": [{"type":"compaction", ...}]) and Anthropic
+// context editing and compaction ("context_management": {"edits": [...]}, top-level
+// "compaction", the betas that announce them). Other upstreams (local servers, compatible
+// hosts, Vertex, Bedrock, relays) refuse these fields with a 400, and the agent that sent them
+// fails its turn. For each upstream the proxy decides who answers them:
+//
+//   - passthrough: forwarded untouched (the upstream implements them);
+//   - local: the proxy answers them itself, with its own summaries, archive and read tool,
+//     and the upstream never receives them.
+//
+// NativeAuto (the default) passes them through to the official endpoints (api.openai.com,
+// api.anthropic.com) and answers them locally for every other upstream; an upstream that
+// refuses one of them all the same (a 400 naming it) is learned as lacking it: the request is
+// answered locally and retried once, and later requests to it are answered locally from the
+// start. Config.ProviderContext overrides the choice per upstream.
+
+// ProviderContextMode says who answers the providers' own context management for an upstream.
+type ProviderContextMode string
+
+// The modes.
+const (
+	// ProviderContextAuto: pass through to the official endpoints, local elsewhere, and
+	// learn from an upstream's refusal.
+	ProviderContextAuto ProviderContextMode = "auto"
+	// ProviderContextLocal: always answered by the proxy.
+	ProviderContextLocal ProviderContextMode = "local"
+	// ProviderContextPassthrough: always forwarded untouched.
+	ProviderContextPassthrough ProviderContextMode = "passthrough"
+)
+
+// ParseProviderContextMode reads a mode name.
+func ParseProviderContextMode(s string) (ProviderContextMode, error) {
+	switch m := ProviderContextMode(strings.TrimSpace(s)); m {
+	case ProviderContextAuto, ProviderContextLocal, ProviderContextPassthrough:
+		return m, nil
+	}
+	return "", fmt.Errorf("proxy: provider context mode %q: want auto, local or passthrough", s)
+}
+
+// The features, as labelled in ctxmgr_provider_context_total{feature}.
+const (
+	// FeatureResponsesCompaction: Responses compaction_trigger, /v1/responses/compact, the
+	// compaction items ctxmgr issued, context_management compaction thresholds.
+	FeatureResponsesCompaction = "responses_compaction"
+	// FeatureAnthropicEdits: Anthropic context_management.edits (clear_tool_uses_20250919,
+	// clear_thinking_20251015).
+	FeatureAnthropicEdits = "anthropic_context_editing"
+	// FeatureAnthropicCompaction: Anthropic compact_20260112 and on-demand compaction.
+	FeatureAnthropicCompaction = "anthropic_compaction"
+)
+
+// The decisions, as labelled in ctxmgr_provider_context_total{decision}.
+const (
+	decisionPassthrough = "passthrough"
+	decisionLocal       = "local"
+	// decisionLearned: the upstream refused the feature; the request was answered locally.
+	decisionLearned = "learned"
+)
+
+// officialHosts implement the providers' own context management.
+var officialHosts = map[string]bool{"api.openai.com": true, "api.anthropic.com": true}
+
+// nativeState is what a Server learned about its upstreams' support, by upstream base URL
+// and feature.
+type nativeState struct {
+	mu      sync.Mutex
+	lacking map[string]bool // base + " " + feature
+}
+
+func (n *nativeState) lacks(base, feature string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.lacking[base+" "+feature]
+}
+
+func (n *nativeState) learn(base, feature string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.lacking == nil {
+		n.lacking = map[string]bool{}
+	}
+	n.lacking[base+" "+feature] = true
+}
+
+// providerMode is the configured mode of the upstream at base: the entry of
+// Config.ProviderContext whose key is base (or its host), else the "*" entry, else auto.
+func (c *Config) providerMode(base string) ProviderContextMode {
+	if m, ok := c.ProviderContext[base]; ok {
+		return m
+	}
+	if u, err := url.Parse(base); err == nil {
+		if m, ok := c.ProviderContext[u.Host]; ok {
+			return m
+		}
+	}
+	if m, ok := c.ProviderContext["*"]; ok {
+		return m
+	}
+	return ProviderContextAuto
+}
+
+// nativeLocal reports whether the proxy answers feature itself for the upstream at base.
+func (s *Server) nativeLocal(base, feature string) bool {
+	switch s.cfg.providerMode(base) {
+	case ProviderContextLocal:
+		return true
+	case ProviderContextPassthrough:
+		return false
+	}
+	if s.native.lacks(base, feature) {
+		return true
+	}
+	u, err := url.Parse(base)
+	return err != nil || !officialHosts[u.Hostname()]
+}
+
+// countNative counts one request's decision for a feature.
+func (s *Server) countNative(f Format, feature, decision string) {
+	s.metrics.providerContext.WithLabelValues(string(f), feature, decision).Inc()
+}
+
+// nativeFeatures are every (format, feature) pair, pre-registered at 0 in the metric.
+var nativeFeatures = [][2]string{
+	{string(FormatResponses), FeatureResponsesCompaction},
+	{string(FormatAnthropic), FeatureAnthropicEdits},
+	{string(FormatAnthropic), FeatureAnthropicCompaction},
+}
+
+// nativeRewrite applies nativeRequest to the client's body before it is decoded: the body to
+// decode and forward, the client's own when the proxy answers nothing itself. A rewritten body
+// is not the client's: a cut-through request started with the client's bytes is aborted (the
+// upstream never acts on a body it did not receive whole).
+func (x *exchange) nativeRewrite(body []byte) ([]byte, error) {
+	if !maybeNative(x.format, x.r, body) {
+		return body, nil
+	}
+	model, _ := peekModel(body)
+	base := x.s.cfg.upstream(x.format, model)
+	out, act, err := x.s.nativeRequest(x.r.Context(), x.format, x.r, base, body)
+	if err != nil || act == nil {
+		return body, err
+	}
+	if x.cut != nil && x.cut.abort() {
+		x.s.metrics.cutThrough.WithLabelValues("aborted").Inc()
+	}
+	x.exp.release()
+	x.exp = nil
+	x.body, x.nat = out, act
+	return out, nil
+}
+
+// answerCompaction answers a compaction the client asked for in the providers' own terms: the
+// whole history of the synced session (whose lock the caller holds, and which this releases)
+// is folded into the summary, and the client gets the token of that summary in its API's
+// shape. It returns errAnswered once the answer is written.
+func (s *Server) answerCompaction(ctx context.Context, x *exchange, ps *psession) error {
+	act := x.nat
+	res, err := ps.sess.CompactAll(ctx, act.instruction)
+	version := res.SummaryVersion
+	if err == nil && version == 0 {
+		if sum := ps.sess.Summary(); sum != nil {
+			version = sum.Version // nothing new since the last summary: it stands
+		}
+	}
+	summary := ""
+	if err == nil {
+		_ = s.syncReadTool(ps, x.dec.System, x.dec.Tools)
+		if sum := ps.sess.Summary(); sum != nil && sum.Version == version {
+			summary = sum.Text
+		}
+	}
+	ps.mu.Unlock()
+	x.startFlush()
+	if x.awaitFlush() != nil {
+		x.notStored()
+		return errAnswered
+	}
+	if err != nil {
+		x.log.Warn("proxy: compaction failed", slog.String("error", err.Error()))
+		writeError(x.w, x.format, http.StatusInternalServerError, "api_error", "ctxmgr: compaction failed: "+RedactText(err.Error()))
+		return errAnswered
+	}
+	tok, err := s.sealToken(ctx, compactionClaim{Session: ps.id, Version: version})
+	if err != nil {
+		writeError(x.w, x.format, http.StatusInternalServerError, "api_error", "ctxmgr: "+RedactText(err.Error()))
+		return errAnswered
+	}
+	x.w.Header().Set("X-Ctxmgr-Local", "1")
+	switch x.format {
+	case FormatResponses:
+		writeResponsesCompaction(x.w, act, x.model, x.stream, tok)
+	case FormatAnthropic:
+		writeAnthropicCompaction(x.w, act, x.model, x.stream, tok, summary)
+	}
+	return errAnswered
+}
