@@ -233,10 +233,9 @@ export function claudeCode(model) {
 
 // --- Codex CLI (codex exec, a custom Responses provider) ---
 
-export async function codexExec({ proxy, trap, work, dir }) {
-  const steps = 24; // ~100K tokens of tool output through a 40K window
-  const files = path.join(work, 'files');
-  writeSteps(files, steps, 4000, 'codex');
+// codexSetup writes Codex's home (its provider: ctxmgr serve, named providerName; extra
+// top-level settings) and returns its environment.
+function codexSetup({ proxy, trap, dir }, { providerName = 'ctxmgr', extra = '' } = {}) {
   const home = path.join(dir, 'home');
   const codexHome = path.join(dir, 'codex-home');
   fs.mkdirSync(home, { recursive: true });
@@ -244,7 +243,7 @@ export async function codexExec({ proxy, trap, work, dir }) {
   fs.writeFileSync(path.join(codexHome, 'config.toml'), `# ctxmgr e2e: Codex through ctxmgr serve, nothing else.
 model = "gpt-5.1-codex"
 model_provider = "ctxmgr"
-check_for_update_on_startup = false
+${extra}check_for_update_on_startup = false
 web_search = "disabled"
 
 # No plugin catalogue, apps or memories: each would fetch from github.com or chatgpt.com.
@@ -265,7 +264,7 @@ enabled = false
 exporter = "none"
 
 [model_providers.ctxmgr]
-name = "ctxmgr"
+name = "${providerName}"
 base_url = "${proxy.url}/v1"
 wire_api = "responses"
 env_key = "CTXMGR_E2E_OPENAI_KEY"
@@ -275,6 +274,14 @@ supports_websockets = false
 `);
   const env = { PATH: process.env.PATH, HOME: home, CODEX_HOME: codexHome, CTXMGR_E2E_OPENAI_KEY: 'sk-e2e-codex', TMPDIR: path.join(dir, 'tmp'), ...trap.env };
   fs.mkdirSync(env.TMPDIR, { recursive: true });
+  return env;
+}
+
+export async function codexExec({ proxy, trap, work, dir }) {
+  const steps = 24; // ~100K tokens of tool output through a 40K window
+  const files = path.join(work, 'files');
+  writeSteps(files, steps, 4000, 'codex');
+  const env = codexSetup({ proxy, trap, dir });
   const last = path.join(dir, 'codex-last-message.txt');
   // The workspace-write sandbox (Codex's bundled bubblewrap) lets its shell commands read the
   // work directory; approvals are off in exec mode. CODEX_SANDBOX=danger-full-access where user
@@ -304,6 +311,32 @@ supports_websockets = false
     if (reads < 1) fails.push('codex exec resume: no ctxmgr_read was answered by the proxy');
   }
   return { fails, notes: ['2 runs (exec, then exec resume --last with a ctxmgr_read)'] };
+}
+
+// codexRemoteCompaction: Codex with a provider named "OpenAI" and a low auto-compact limit
+// compacts remotely during its exec run (a /v1/responses request ending in a
+// compaction_trigger item, or POST /v1/responses/compact), which requires exactly one
+// compaction output item; the proxy answers it, and expands the item Codex sends back.
+export async function codexRemoteCompaction({ proxy, trap, work, dir }) {
+  const steps = 12;
+  const files = path.join(work, 'files');
+  writeSteps(files, steps, 4000, 'codex');
+  const env = codexSetup({ proxy, trap, dir }, { providerName: 'OpenAI', extra: 'model_auto_compact_token_limit = 12000\n' });
+  const last = path.join(dir, 'codex-last-message.txt');
+  const sandbox = process.env.CODEX_SANDBOX || 'workspace-write';
+  const args = ['exec', '--skip-git-repo-check', '--sandbox', sandbox, '-C', work, '-o', last,
+    `Run the build steps and report. ${marker(steps, files)}`];
+  const fails = [];
+  const r = await runProcess(path.join(NODE_BIN, 'codex'), args, { cwd: work, env, timeoutMs: 120000, logFile: path.join(dir, 'client1.log') });
+  if (r.code !== 0) {
+    fails.push(`codex exited with ${r.code ?? r.signal}${r.timedOut ? ' (timed out)' : ''}: ${codexErrors(r)}`);
+    return { fails, notes: [] };
+  }
+  expectDone(fails, 'codex exec', fs.existsSync(last) ? fs.readFileSync(last, 'utf8') : r.stdout, steps);
+  const m = await proxy.metrics();
+  const local = m.series['ctxmgr_provider_context_total{decision="local",feature="responses_compaction",format="responses"}'] ?? 0;
+  if (local < 1) fails.push('Codex never compacted remotely through the proxy (ctxmgr_provider_context_total local is 0)');
+  return { fails, notes: [`${local} requests with Responses compaction answered by the proxy`] };
 }
 
 function codexErrors(r) {

@@ -156,8 +156,12 @@ func (x *exchange) nativeRewrite(body []byte) ([]byte, error) {
 	if err != nil || act == nil {
 		return body, err
 	}
-	if x.cut != nil && x.cut.abort() {
-		x.s.metrics.cutThrough.WithLabelValues("aborted").Inc()
+	if c := x.cut; c != nil {
+		// handleChat's deferred endCut still releases it.
+		x.cut = nil
+		if c.abort() {
+			x.s.metrics.cutThrough.WithLabelValues("aborted").Inc()
+		}
 	}
 	x.exp.release()
 	x.exp = nil

@@ -228,9 +228,72 @@ func longHistory(n int) string {
 	for i := range n {
 		out := bigOutput(6000)(i, 0)
 		fmt.Fprintf(&b, `,{"type":"message","role":"user","content":[{"type":"input_text","text":"step %d: run it again"}]}`, i)
-		fmt.Fprintf(&b, `,{"type":"function_call","call_id":"call_s%d","name":"shell","arguments":"{\"cmd\":\"go test\"}"}`, i)
+		fmt.Fprintf(&b, `,{"type":"function_call","call_id":"call_s%d","name":"shell","arguments":"{\"cmd\":\"go test ./pkg%d\"}"}`, i, i)
 		fmt.Fprintf(&b, `,{"type":"function_call_output","call_id":"call_s%d","output":%s}`, i, mustMarshal(out))
 		fmt.Fprintf(&b, `,{"type":"message","role":"assistant","content":[{"type":"output_text","text":"step %d done"}]}`, i)
 	}
 	return b.String()
+}
+
+// TestResponsesCompactionAfterCutThrough: a trigger whose body was predicted to be
+// forwarded as it is (a cut-through request started while it was read) is answered by the
+// proxy, twice in a row on the compacted conversation.
+func TestResponsesCompactionAfterCutThrough(t *testing.T) {
+	e := newEnv(t, fakeupstream.Options{KeepBodies: true, ProviderContext: fakeupstream.ProviderContextNonNative}, Config{Window: 200000})
+	hist := longHistory(8)
+	ask := `,{"type":"message","role":"user","content":[{"type":"input_text","text":"go on"}]}`
+	for i, body := range []string{hist + ask, hist + ask + `,{"type":"message","role":"assistant","content":[{"type":"output_text","text":"ok"}]},{"type":"compaction_trigger"}`} {
+		resp, b := postJSON(t, e.px.URL+"/v1/responses", `{"model":"gpt-5-codex","store":false,"prompt_cache_key":"c2","input":[`+body+`]}`)
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d %s", i, resp.StatusCode, b)
+		}
+		if i == 1 {
+			onlyCompaction(t, responsesOutput(t, b))
+		}
+	}
+	if n := e.cutThroughCount("aborted"); n != 1 {
+		t.Fatalf("cut-through requests aborted: %d, want 1 (the test does not exercise it)", n)
+	}
+	noneRefused(t, e)
+}
+
+// TestResponsesCompactionTwice: Codex compacts, continues from the compaction item, and
+// compacts again: the second trigger carries the first item back.
+func TestResponsesCompactionTwice(t *testing.T) {
+	e := newEnv(t, fakeupstream.Options{KeepBodies: true, ProviderContext: fakeupstream.ProviderContextNonNative}, Config{Window: 200000})
+	head := `{"type":"message","role":"developer","content":[{"type":"input_text","text":"You are a coding agent."}]},
+	 {"type":"message","role":"user","content":[{"type":"input_text","text":"fix the failing test in /src/app/main_test.go"}]}`
+	input := head + `,{"type":"function_call","call_id":"call_1","name":"shell","arguments":"{}"},{"type":"function_call_output","call_id":"call_1","output":"ok"}`
+	for round := range 3 {
+		resp, b := postJSON(t, e.px.URL+"/v1/responses", `{"model":"gpt-5-codex","stream":true,"store":false,"prompt_cache_key":"c3","input":[`+input+`,{"type":"compaction_trigger"}]}`)
+		if resp.StatusCode != 200 {
+			t.Fatalf("round %d: %d %s", round, resp.StatusCode, b)
+		}
+		var item map[string]any
+		for _, ev := range parseSSE(t, b) {
+			var v struct {
+				Type string         `json:"type"`
+				Item map[string]any `json:"item"`
+			}
+			_ = json.Unmarshal(ev.Data, &v)
+			if v.Type == "response.output_item.done" {
+				item = v.Item
+			}
+		}
+		if item == nil {
+			t.Fatalf("round %d: no item in %s", round, b)
+		}
+		calls := fmt.Sprintf(`,{"type":"function_call","call_id":"call_r%d","name":"shell","arguments":"{}"},{"type":"function_call_output","call_id":"call_r%d","output":%s}`,
+			round, round, mustMarshal(bigOutput(40000)(round, 0)))
+		input = head + "," + string(mustMarshal(item)) + calls
+		for i := range 3 {
+			// Large bodies that continue one another: cut-through requests are predicted.
+			input += fmt.Sprintf(`,{"type":"message","role":"user","content":[{"type":"input_text","text":"more %d, no tools"}]},{"type":"message","role":"assistant","content":[{"type":"output_text","text":"ok"}]}`, i)
+			resp, b = postJSON(t, e.px.URL+"/v1/responses", `{"model":"gpt-5-codex","stream":true,"store":false,"prompt_cache_key":"c3","input":[`+input+`]}`)
+			if resp.StatusCode != 200 {
+				t.Fatalf("round %d: %d %s", round, resp.StatusCode, b)
+			}
+		}
+	}
+	noneRefused(t, e)
 }
