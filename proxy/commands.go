@@ -244,9 +244,8 @@ func writeLocal(w http.ResponseWriter, f Format, model string, stream, includeUs
 		h.Set("Content-Type", "application/json")
 		var v any
 		if f == FormatAnthropic {
-			v = map[string]any{"id": randomID("msg_ctxmgr_"), "type": "message", "role": "assistant", "model": model,
-				"content": []any{map[string]any{"type": "text", "text": text}}, "stop_reason": "end_turn", "stop_sequence": nil,
-				"usage": map[string]any{"input_tokens": 0, "output_tokens": 0}}
+			writeAnthropicMessage(w, model, false, []map[string]any{{"type": "text", "text": text}}, "end_turn", nil, nil)
+			return
 		} else {
 			v = map[string]any{"id": randomID("chatcmpl-ctxmgr-"), "object": "chat.completion", "created": time.Now().Unix(), "model": model,
 				"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": text, "refusal": nil},
@@ -264,15 +263,8 @@ func writeLocal(w http.ResponseWriter, f Format, model string, stream, includeUs
 		_, _ = w.Write(sse.Format(event, b))
 	}
 	if f == FormatAnthropic {
-		send("message_start", map[string]any{"type": "message_start", "message": map[string]any{"id": randomID("msg_ctxmgr_"), "type": "message",
-			"role": "assistant", "model": model, "content": []any{}, "stop_reason": nil, "stop_sequence": nil,
-			"usage": map[string]any{"input_tokens": 0, "output_tokens": 0}}})
-		send("content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "text", "text": ""}})
-		send("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]any{"type": "text_delta", "text": text}})
-		send("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
-		send("message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": "end_turn", "stop_sequence": nil},
-			"usage": map[string]any{"output_tokens": 0}})
-		send("message_stop", map[string]any{"type": "message_stop"})
+		writeAnthropicMessage(w, model, true, []map[string]any{{"type": "text", "text": text}}, "end_turn", nil, nil)
+		return
 	} else {
 		id, created := randomID("chatcmpl-ctxmgr-"), time.Now().Unix()
 		chunk := func(delta map[string]any, finish any) map[string]any {
@@ -305,4 +297,63 @@ func writeError(w http.ResponseWriter, f Format, status int, typ, msg string) {
 		v = map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": nil}}
 	}
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// writeAnthropicMessage answers with a message of the proxy's own holding blocks (text or
+// compaction), as a message object or its event stream; usage fields are added to the zero
+// usage, and contextManagement, if not nil, is the message's context_management.
+func writeAnthropicMessage(w http.ResponseWriter, model string, stream bool, blocks []map[string]any, stop string, usage map[string]any, contextManagement any) {
+	u := map[string]any{"input_tokens": 0, "output_tokens": 0}
+	for k, v := range usage {
+		u[k] = v
+	}
+	msg := map[string]any{"id": randomID("msg_ctxmgr_"), "type": "message", "role": "assistant", "model": model,
+		"content": blocks, "stop_reason": stop, "stop_sequence": nil, "usage": u}
+	if contextManagement != nil {
+		msg["context_management"] = contextManagement
+	}
+	if !stream {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(msg)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	send := func(event string, v map[string]any) {
+		v["type"] = event
+		_, _ = w.Write(sse.Format(event, mustMarshal(v)))
+	}
+	start := map[string]any{}
+	for k, v := range msg {
+		start[k] = v
+	}
+	start["content"], start["stop_reason"], start["usage"] = []any{}, nil, map[string]any{"input_tokens": 0, "output_tokens": 0}
+	delete(start, "context_management")
+	send("message_start", map[string]any{"message": start})
+	for i, b := range blocks {
+		var first, delta map[string]any
+		switch b["type"] {
+		case "compaction":
+			first = map[string]any{"type": "compaction", "content": nil, "encrypted_content": nil}
+			delta = map[string]any{"type": "compaction_delta", "content": b["content"], "encrypted_content": b["encrypted_content"]}
+		default:
+			first = map[string]any{"type": "text", "text": ""}
+			delta = map[string]any{"type": "text_delta", "text": b["text"]}
+		}
+		send("content_block_start", map[string]any{"index": i, "content_block": first})
+		send("content_block_delta", map[string]any{"index": i, "delta": delta})
+		send("content_block_stop", map[string]any{"index": i})
+	}
+	du := map[string]any{"output_tokens": 0}
+	for k, v := range usage {
+		du[k] = v
+	}
+	md := map[string]any{"delta": map[string]any{"stop_reason": stop, "stop_sequence": nil}, "usage": du}
+	if contextManagement != nil {
+		md["context_management"] = contextManagement
+	}
+	send("message_delta", md)
+	send("message_stop", map[string]any{})
+	flush(w)
 }

@@ -214,3 +214,11 @@ func (s *Server) answerCompaction(ctx context.Context, x *exchange, ps *psession
 	}
 	return errAnswered
 }
+
+// anthropicSide returns the Anthropic side of a, nil if there is none.
+func (a *nativeAction) anthropicSide() *anthropicNative {
+	if a == nil {
+		return nil
+	}
+	return a.anthropic
+}

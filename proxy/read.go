@@ -90,6 +90,10 @@ func (s *Server) answerRead(ctx context.Context, id string, mgr *managed, sess *
 			break
 		}
 	}
+	if fetch == nil && strings.HasPrefix(ref, "cleared-") {
+		// A tool result cleared by context editing (native_anthropic.go).
+		fetch = func(from, n int) (string, int, error) { return st0.ReadOffload(ctx, id, ref, from, n) }
+	}
 	if fetch == nil {
 		var ranges [][2]int
 		if m := messagesRef.FindStringSubmatch(ref); m != nil {

@@ -543,6 +543,10 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 		return
 	}
 	attrs = append(attrs, slog.Bool("managed", true))
+	if an := x.nat.anthropicSide(); an != nil && len(an.edits) > 0 {
+		out = s.applyEdits(r.Context(), an, x.id, out, x.mgr.m.Config().Counter, x.mgr.m.Config().OffloadRetention)
+		attrs = append(attrs, slog.Int("applied_edits", len(an.applied)))
+	}
 	s.metrics.overhead.WithLabelValues(string(format)).Observe(time.Since(start).Seconds())
 	x.forward(r.Context(), out)
 	attrs = append(attrs, slog.Duration("upstream", time.Duration(x.upstreamNS)))
@@ -708,6 +712,15 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 	x.log = s.log.With(slog.String("session", ps.id))
 	if branched {
 		info = append(info, slog.Bool("branched", true))
+	}
+	if an := x.nat.anthropicSide(); an != nil {
+		// The edits' and compaction's triggers count the input the client sent.
+		an.clientTokens = ps.orig + mgr.m.Config().Counter.Request(&chat.Request{System: dec.System, Tools: dec.Tools}).Total
+		an.clientToolUses = countToolUses(x.body)
+		if an.compact != nil && an.clientTokens >= an.compact.trigger {
+			x.nat.compact, x.nat.instruction = true, an.compact.instructions
+			cmd = &command{name: "compact", arg: an.compact.instructions, native: true}
+		}
 	}
 	if cmd != nil && cmd.native {
 		err := s.answerCompaction(ctx, x, ps)
@@ -878,6 +891,9 @@ func (x *exchange) send(ctx context.Context, body []byte) (*http.Response, error
 		req.GetBody = func() (io.ReadCloser, error) { return sb.reader(), nil }
 	}
 	copyRequestHeaders(req.Header, x.r.Header)
+	if an := x.nat.anthropicSide(); an != nil {
+		dropBetas(req.Header, an.dropBetas)
+	}
 	if req.Header.Get("Content-Type") == "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -1115,6 +1131,9 @@ func (x *exchange) relayJSON(ctx context.Context, resp *http.Response) {
 	// before the proxy's own work after it (reading the usage, the handler's log line and
 	// releases), which otherwise delayed it (net/http ends a response when its handler
 	// returns).
+	if an := x.nat.anthropicSide(); an != nil && an.applied != nil {
+		data = withContextManagement(data, an.applied)
+	}
 	copyResponseHeaders(x.w.Header(), resp.Header)
 	if resp.StatusCode != http.StatusNoContent {
 		x.w.Header().Set("Content-Length", strconv.Itoa(len(data)))

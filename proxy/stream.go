@@ -62,6 +62,9 @@ func (x *exchange) relayStream(ctx context.Context, resp *http.Response) {
 			if err != nil {
 				break
 			}
+			if an := x.nat.anthropicSide(); an != nil && an.applied != nil && ev.Name == "message_delta" {
+				ev = deltaWithEdits(ev, an.applied)
+			}
 			if out := f.event(ev); len(out) > 0 {
 				if _, err := x.w.Write(out); err != nil {
 					body.Close()

@@ -278,6 +278,12 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, f wire.Format
 		s.refuse(w, &rec, chk.v)
 		return
 	}
+	if f == wire.Anthropic && s.opts.ProviderContext == ProviderContextNonNative {
+		if v := nonNativeAnthropic(r.Header, body); v != nil {
+			s.refuse(w, &rec, v)
+			return
+		}
+	}
 	switch rec.Model {
 	case "error-401":
 		rec.Status, rec.Reply = 401, "error"

@@ -29,8 +29,7 @@ import (
 // Responses input ending in compaction_trigger is answered with exactly one compaction item,
 // POST /v1/responses/compact with {"object":"response.compaction", ...}, and the compaction
 // items it issued are accepted back (others are 400 invalid_encrypted_content); Anthropic
-// context_management and compaction are accepted (edits are reported as applied, clearing
-// nothing).
+// context_management, compaction and their betas are accepted.
 //
 // With neither (the default) the fields are accepted and ignored, and the items and blocks go
 // to package wire, which keeps what it does not know.
