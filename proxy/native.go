@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -51,6 +52,27 @@ func ParseProviderContextMode(s string) (ProviderContextMode, error) {
 		return m, nil
 	}
 	return "", fmt.Errorf("proxy: provider context mode %q: want auto, local or passthrough", s)
+}
+
+// ParseProviderContext reads `ctxmgr serve --provider-context` values: "MODE" (every
+// upstream, the "*" key) or "UPSTREAM=MODE" (an upstream's base URL or host).
+func ParseProviderContext(specs []string) (map[string]ProviderContextMode, error) {
+	out := map[string]ProviderContextMode{}
+	for _, spec := range specs {
+		key, mode := "*", spec
+		if i := strings.LastIndexByte(spec, '='); i >= 0 {
+			key, mode = strings.TrimSpace(spec[:i]), spec[i+1:]
+		}
+		m, err := ParseProviderContextMode(mode)
+		if err != nil {
+			return nil, err
+		}
+		if key == "" {
+			return nil, fmt.Errorf("proxy: provider context %q: an empty upstream", spec)
+		}
+		out[key] = m
+	}
+	return out, nil
 }
 
 // The features, as labelled in ctxmgr_provider_context_total{feature}.
@@ -221,4 +243,82 @@ func (a *nativeAction) anthropicSide() *anthropicNative {
 		return nil
 	}
 	return a.anthropic
+}
+
+// refusedFeatures returns the features an upstream's 400 names: what it refused of the
+// providers' context management (none for any other 400).
+func refusedFeatures(f Format, errBody []byte) []string {
+	has := func(s string) bool { return bytes.Contains(errBody, []byte(s)) }
+	switch f {
+	case FormatResponses:
+		if has("context_management") || has("compaction") {
+			return []string{FeatureResponsesCompaction}
+		}
+	case FormatAnthropic:
+		var out []string
+		if has("context_management") || has("context-management-2025-06-27") || has("clear_tool_uses") || has("clear_thinking") {
+			out = append(out, FeatureAnthropicEdits)
+		}
+		if has("context_management") || has("compaction") || has("compact-2026") {
+			out = append(out, FeatureAnthropicCompaction)
+		}
+		return out
+	}
+	return nil
+}
+
+// learnNative answers an upstream's 400 that refuses the providers' context management it
+// was forwarded (the upstream's mode is auto): the upstream is learned as lacking the
+// features it named, and the request is done again with the proxy answering them. It returns
+// the body to send again, or answered when the proxy answered the request itself; neither
+// when the 400 is about something else.
+func (x *exchange) learnNative(ctx context.Context, body, errBody []byte) (next []byte, answered bool) {
+	s := x.s
+	if s.cfg.providerMode(x.base) != ProviderContextAuto {
+		return nil, false
+	}
+	features := refusedFeatures(x.format, errBody)
+	learnt := false
+	for _, f := range features {
+		if !s.nativeLocal(x.base, f) {
+			s.native.learn(x.base, f)
+			learnt = true
+		}
+	}
+	if !learnt {
+		return nil, false
+	}
+	out, act, err := s.nativeRequest(ctx, x.format, x.r, x.base, body)
+	if err != nil || act == nil {
+		return nil, false
+	}
+	for _, f := range features {
+		s.countNative(x.format, f, decisionLearned)
+	}
+	x.log.Info("proxy: the upstream lacks the providers' context management; answered by the proxy from now on",
+		slog.String("upstream", RedactText(x.base)), slog.Any("features", features))
+	x.nat = act
+	an := act.anthropicSide()
+	if an != nil {
+		an.clientTokens, an.clientToolUses = x.before, countToolUses(out)
+		if an.compact != nil && an.clientTokens >= an.compact.trigger {
+			act.compact, act.instruction = true, an.compact.instructions
+		}
+	}
+	if act.compact {
+		if x.ps == nil || x.dec == nil {
+			return nil, false // not managed: the proxy holds no session to compact
+		}
+		x.ps.mu.Lock()
+		if x.ps.sess != x.sess || x.sess == nil {
+			x.ps.mu.Unlock()
+			return nil, false
+		}
+		_ = s.answerCompaction(ctx, x, x.ps)
+		return nil, true
+	}
+	if an != nil && len(an.edits) > 0 && x.mgr != nil {
+		out = s.applyEdits(ctx, an, x.id, out, x.mgr.m.Config().Counter, x.mgr.m.Config().OffloadRetention)
+	}
+	return out, false
 }

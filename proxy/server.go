@@ -325,6 +325,9 @@ type exchange struct {
 	managed bool
 	// nat is the providers' context management the proxy answers for this request (native.go).
 	nat *nativeAction
+	// base is the upstream's base URL; before the client's input tokens (managed only).
+	base   string
+	before int
 
 	ps       *psession
 	id       string
@@ -490,6 +493,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 	}
 	attrs = append(attrs, slog.String("model", x.model), slog.Bool("stream", x.stream))
 	base := s.cfg.upstream(format, x.model)
+	x.base = base
 	if base == "" {
 		writeError(sw, format, http.StatusBadGateway, "api_error", fmt.Sprintf("no upstream configured for %s requests", format))
 		return
@@ -763,6 +767,7 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 	// each count and rounds it up, so a total counted otherwise differs by a few tokens and
 	// an unchanged request would never be seen as one.
 	before := p.Report.Before.System + p.Report.Before.Tools + ps.orig
+	x.before = before
 	ps.mu.Unlock()
 	if err != nil {
 		return nil, info, err
@@ -926,6 +931,7 @@ func (x *exchange) forward(ctx context.Context, body []byte) {
 			e.forwardedTo.Store(nil)
 		}
 	}
+	learned := false
 	for {
 		resp, err := x.send(ctx, body)
 		if ferr := x.awaitFlush(); ferr != nil {
@@ -947,6 +953,17 @@ func (x *exchange) forward(ctx context.Context, body []byte) {
 		if resp.StatusCode < 200 || resp.StatusCode > 299 {
 			errBody, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 			resp.Body.Close()
+			if resp.StatusCode == http.StatusBadRequest && !learned {
+				learned = true
+				next, answered := x.learnNative(ctx, body, errBody)
+				if answered {
+					return
+				}
+				if next != nil {
+					body = next
+					continue
+				}
+			}
 			if x.managed && provider.IsOverflow(resp.StatusCode, errBody) {
 				if next, ok := x.recover(ctx, resp.StatusCode, errBody); ok {
 					body = next
