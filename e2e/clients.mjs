@@ -11,6 +11,7 @@ import path from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
+import Anthropic from '@anthropic-ai/sdk';
 import { generateText, streamText, tool, stepCountIs, jsonSchema } from 'ai';
 import { createOpenAI } from '@ai-sdk/openai';
 import { createAnthropic } from '@ai-sdk/anthropic';
@@ -341,4 +342,73 @@ export async function codexRemoteCompaction({ proxy, trap, work, dir }) {
 
 function codexErrors(r) {
   return (r.stderr.split('\n').filter((l) => /error/i.test(l)).slice(-3).join(' | ') || (r.stdout + r.stderr).slice(-300)).trim();
+}
+
+// --- @anthropic-ai/sdk beta messages with the providers' own context management ---
+
+// anthropicBetaLoop runs the agent script with client.beta.messages (every other request
+// streamed), params added to each request, until the final answer. onMessage sees each answer;
+// an answer that stops for a compaction is kept in the history and the loop goes on.
+async function anthropicBetaLoop(client, work, prompt, steps, params, onMessage) {
+  const tools = Object.keys(TOOL_DESC).map((name) => ({ name, description: TOOL_DESC[name], input_schema: TOOL_SCHEMA[name] }));
+  const messages = [{ role: 'user', content: prompt }];
+  for (let i = 0; i < steps * 3 + 6; i++) {
+    const req = { model: 'claude-sonnet-4-6', max_tokens: 2048, messages, tools, ...params };
+    const msg = i % 2 === 0 ? await client.beta.messages.create(req) : await client.beta.messages.stream(req).finalMessage();
+    onMessage(msg);
+    messages.push({ role: 'assistant', content: msg.content });
+    if (msg.stop_reason === 'compaction') continue;
+    const uses = msg.content.filter((b) => b.type === 'tool_use');
+    if (msg.stop_reason !== 'tool_use' || uses.length === 0) return msg.content.filter((b) => b.type === 'text').map((b) => b.text).join('');
+    messages.push({ role: 'user', content: uses.map((u) => ({ type: 'tool_result', tool_use_id: u.id, content: runTool(u.name, u.input, work) })) });
+  }
+  throw new Error('the tool loop did not end');
+}
+
+function anthropicClient(proxy) {
+  return new Anthropic({ baseURL: proxy.url, apiKey: 'sk-ant-e2e', maxRetries: 0, timeout: 60000 });
+}
+
+// anthropicClearToolUses: clear_tool_uses_20250919 (beta context-management-2025-06-27)
+// through the proxy in front of an upstream without it: the proxy clears old tool results
+// and says so in context_management.applied_edits.
+export async function anthropicClearToolUses({ proxy, work }) {
+  const steps = 10;
+  const files = path.join(work, 'files');
+  writeSteps(files, steps, 3000, 'edit');
+  const fails = [];
+  let applied = 0;
+  const text = await anthropicBetaLoop(anthropicClient(proxy), work, `Run the build steps and report. ${marker(steps, files)}`, steps, {
+    betas: ['context-management-2025-06-27'],
+    context_management: { edits: [{ type: 'clear_tool_uses_20250919', trigger: { type: 'input_tokens', value: 8000 }, keep: { type: 'tool_uses', value: 2 } }] },
+  }, (msg) => {
+    for (const e of msg.context_management?.applied_edits ?? []) if (e.type === 'clear_tool_uses_20250919' && e.cleared_tool_uses > 0) applied++;
+  });
+  expectDone(fails, 'beta.messages with clear_tool_uses', text, steps);
+  if (applied < 1) fails.push('no answer reported a clear_tool_uses edit applied');
+  return { fails, notes: [`${applied} answers with tool uses cleared`] };
+}
+
+// anthropicCompact: compact_20260112 (beta compact-2026-01-12) through the proxy in front of
+// an upstream without it: once the client's input passes the trigger, the proxy answers with
+// a compaction block, which the client sends back with the rest of its history.
+export async function anthropicCompact({ proxy, work }) {
+  const steps = 24;
+  const files = path.join(work, 'files');
+  writeSteps(files, steps, 3000, 'compact');
+  const fails = [];
+  let compactions = 0;
+  const text = await anthropicBetaLoop(anthropicClient(proxy), work, `Run the build steps and report. ${marker(steps, files)}`, steps, {
+    betas: ['compact-2026-01-12'],
+    context_management: { edits: [{ type: 'compact_20260112', trigger: { type: 'input_tokens', value: 50000 } }] },
+  }, (msg) => {
+    const block = msg.content.find((b) => b.type === 'compaction');
+    if (!block) return;
+    compactions++;
+    if (msg.stop_reason !== 'compaction' || !block.content || !block.encrypted_content) fails.push(`a compaction answer is malformed: ${JSON.stringify(msg).slice(0, 300)}`);
+    if (!(msg.usage?.iterations ?? []).some((it) => it.type === 'compaction')) fails.push('a compaction answer has no compaction in usage.iterations');
+  });
+  expectDone(fails, 'beta.messages with compact_20260112', text, steps);
+  if (compactions < 1) fails.push('the proxy never answered with a compaction');
+  return { fails, notes: [`${compactions} compactions answered by the proxy`] };
 }

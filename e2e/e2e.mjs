@@ -41,6 +41,10 @@ const cases = [
   // has no such feature (the fake refuses it as such upstreams do): the proxy answers it. Its
   // bodies carry the compaction item, which the proxy expands: they are decoded whole.
   { name: 'codex exec (provider "OpenAI": remote compaction, non-native upstream)', window: 40000, providerContext: 'non-native', decodeCache: false, run: clients.codexRemoteCompaction, paths: ['/v1/responses', '/v1/responses/compact'] },
+  // @anthropic-ai/sdk beta messages with Anthropic context editing and compaction, through the
+  // proxy in front of an upstream that refuses both (as Vertex, Bedrock and relays do).
+  { name: '@anthropic-ai/sdk beta clear_tool_uses (non-native upstream)', window: 16000, providerContext: 'non-native', run: clients.anthropicClearToolUses, paths: ['/v1/messages'] },
+  { name: '@anthropic-ai/sdk beta compact_20260112 (non-native upstream)', window: 16000, providerContext: 'non-native', run: clients.anthropicCompact, paths: ['/v1/messages'] },
   { name: 'ai-sdk openai.chat', window: 16000, sessions: 1, run: clients.aiSdkOpenAIChat, paths: ['/v1/chat/completions'] },
   { name: 'ai-sdk openai.responses (openai(model))', window: 16000, sessions: 1, run: clients.aiSdkOpenAIResponses, paths: ['/v1/responses'] },
   { name: 'ai-sdk anthropic (default max_tokens, thinking)', window: 16000, sessions: 1, thinking: true, run: clients.aiSdkAnthropic, paths: ['/v1/messages'] },
