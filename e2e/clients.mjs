@@ -278,11 +278,8 @@ supports_websockets = false
   return env;
 }
 
-export async function codexExec({ proxy, trap, work, dir }) {
-  const steps = 24; // ~100K tokens of tool output through a 40K window
-  const files = path.join(work, 'files');
-  writeSteps(files, steps, 4000, 'codex');
-  const env = codexSetup({ proxy, trap, dir });
+// codexRun runs `codex exec` on the agent script and checks its final answer.
+async function codexRun({ env, work, dir }, steps, files) {
   const last = path.join(dir, 'codex-last-message.txt');
   // The workspace-write sandbox (Codex's bundled bubblewrap) lets its shell commands read the
   // work directory; approvals are off in exec mode. CODEX_SANDBOX=danger-full-access where user
@@ -294,9 +291,19 @@ export async function codexExec({ proxy, trap, work, dir }) {
   const r = await runProcess(path.join(NODE_BIN, 'codex'), args, { cwd: work, env, timeoutMs: 120000, logFile: path.join(dir, 'client1.log') });
   if (r.code !== 0) {
     fails.push(`codex exited with ${r.code ?? r.signal}${r.timedOut ? ' (timed out)' : ''}: ${codexErrors(r)}`);
-    return { fails, notes: [] };
+    return { fails, ok: false, last, sandbox };
   }
   expectDone(fails, 'codex exec', fs.existsSync(last) ? fs.readFileSync(last, 'utf8') : r.stdout, steps);
+  return { fails, ok: true, last, sandbox };
+}
+
+export async function codexExec({ proxy, trap, work, dir }) {
+  const steps = 24; // ~100K tokens of tool output through a 40K window
+  const files = path.join(work, 'files');
+  writeSteps(files, steps, 4000, 'codex');
+  const env = codexSetup({ proxy, trap, dir });
+  const { fails, ok, last, sandbox } = await codexRun({ env, work, dir }, steps, files);
+  if (!ok) return { fails, notes: [] };
   // The same conversation again (codex exec resume --last): the fake asks for the proxy's
   // ctxmgr_read on a reference left in the compacted history; the proxy answers it in
   // Responses form and Codex sees only the final text.
@@ -323,17 +330,8 @@ export async function codexRemoteCompaction({ proxy, trap, work, dir }) {
   const files = path.join(work, 'files');
   writeSteps(files, steps, 4000, 'codex');
   const env = codexSetup({ proxy, trap, dir }, { providerName: 'OpenAI', extra: 'model_auto_compact_token_limit = 12000\n' });
-  const last = path.join(dir, 'codex-last-message.txt');
-  const sandbox = process.env.CODEX_SANDBOX || 'workspace-write';
-  const args = ['exec', '--skip-git-repo-check', '--sandbox', sandbox, '-C', work, '-o', last,
-    `Run the build steps and report. ${marker(steps, files)}`];
-  const fails = [];
-  const r = await runProcess(path.join(NODE_BIN, 'codex'), args, { cwd: work, env, timeoutMs: 120000, logFile: path.join(dir, 'client1.log') });
-  if (r.code !== 0) {
-    fails.push(`codex exited with ${r.code ?? r.signal}${r.timedOut ? ' (timed out)' : ''}: ${codexErrors(r)}`);
-    return { fails, notes: [] };
-  }
-  expectDone(fails, 'codex exec', fs.existsSync(last) ? fs.readFileSync(last, 'utf8') : r.stdout, steps);
+  const { fails, ok } = await codexRun({ env, work, dir }, steps, files);
+  if (!ok) return { fails, notes: [] };
   const m = await proxy.metrics();
   const local = m.series['ctxmgr_provider_context_total{decision="local",feature="responses_compaction",format="responses"}'] ?? 0;
   if (local < 1) fails.push('Codex never compacted remotely through the proxy (ctxmgr_provider_context_total local is 0)');

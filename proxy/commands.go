@@ -234,55 +234,37 @@ func randomID(prefix string) string {
 
 // writeLocal answers a request with text, in the client's format, streaming or not.
 func writeLocal(w http.ResponseWriter, f Format, model string, stream, includeUsage bool, text string) {
-	h := w.Header()
-	h.Set("X-Ctxmgr-Local", "1")
-	if f == FormatResponses {
+	w.Header().Set("X-Ctxmgr-Local", "1")
+	switch f {
+	case FormatResponses:
 		writeResponsesLocal(w, model, stream, text)
 		return
-	}
-	if !stream {
-		h.Set("Content-Type", "application/json")
-		var v any
-		if f == FormatAnthropic {
-			writeAnthropicMessage(w, model, false, []map[string]any{{"type": "text", "text": text}}, "end_turn", nil, nil)
-			return
-		} else {
-			v = map[string]any{"id": randomID("chatcmpl-ctxmgr-"), "object": "chat.completion", "created": time.Now().Unix(), "model": model,
-				"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": text, "refusal": nil},
-					"logprobs": nil, "finish_reason": "stop"}},
-				"usage": map[string]any{"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
-		}
-		_ = json.NewEncoder(w).Encode(v)
+	case FormatAnthropic:
+		writeAnthropicMessage(w, model, stream, []map[string]any{{"type": "text", "text": text}}, "end_turn", nil, nil)
 		return
 	}
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	send := func(event string, v any) {
-		b, _ := json.Marshal(v)
-		_, _ = w.Write(sse.Format(event, b))
-	}
-	if f == FormatAnthropic {
-		writeAnthropicMessage(w, model, true, []map[string]any{{"type": "text", "text": text}}, "end_turn", nil, nil)
+	id, created := randomID("chatcmpl-ctxmgr-"), time.Now().Unix()
+	completion := map[string]any{"id": id, "object": "chat.completion", "created": created, "model": model,
+		"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": text, "refusal": nil},
+			"logprobs": nil, "finish_reason": "stop"}},
+		"usage": map[string]any{"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
+	if !startAnswer(w, stream, completion) {
 		return
-	} else {
-		id, created := randomID("chatcmpl-ctxmgr-"), time.Now().Unix()
-		chunk := func(delta map[string]any, finish any) map[string]any {
-			return map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
-				"choices": []any{map[string]any{"index": 0, "delta": delta, "logprobs": nil, "finish_reason": finish}}}
-		}
-		send("", chunk(map[string]any{"role": "assistant", "content": ""}, nil))
-		send("", chunk(map[string]any{"content": text}, nil))
-		send("", chunk(map[string]any{}, "stop"))
-		if includeUsage {
-			send("", map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": model, "choices": []any{},
-				"usage": map[string]any{"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}})
-		}
-		_, _ = w.Write([]byte("data: [DONE]\n\n"))
 	}
-	if fl, ok := w.(http.Flusher); ok {
-		fl.Flush()
+	send := func(v any) { _, _ = w.Write(sse.Format("", mustMarshal(v))) }
+	chunk := func(delta map[string]any, finish any) map[string]any {
+		return map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+			"choices": []any{map[string]any{"index": 0, "delta": delta, "logprobs": nil, "finish_reason": finish}}}
 	}
+	send(chunk(map[string]any{"role": "assistant", "content": ""}, nil))
+	send(chunk(map[string]any{"content": text}, nil))
+	send(chunk(map[string]any{}, "stop"))
+	if includeUsage {
+		send(map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": model, "choices": []any{},
+			"usage": map[string]any{"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}})
+	}
+	_, _ = w.Write([]byte("data: [DONE]\n\n"))
+	flush(w)
 }
 
 // writeError answers an error of the proxy's own in the client's format.
@@ -312,18 +294,10 @@ func writeAnthropicMessage(w http.ResponseWriter, model string, stream bool, blo
 	if contextManagement != nil {
 		msg["context_management"] = contextManagement
 	}
-	if !stream {
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(msg)
+	if !startAnswer(w, stream, msg) {
 		return
 	}
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	send := func(event string, v map[string]any) {
-		v["type"] = event
-		_, _ = w.Write(sse.Format(event, mustMarshal(v)))
-	}
+	send := func(event string, v map[string]any) { sendEvent(w, nil, event, v) }
 	start := map[string]any{}
 	for k, v := range msg {
 		start[k] = v
@@ -356,4 +330,19 @@ func writeAnthropicMessage(w http.ResponseWriter, model string, stream bool, blo
 	send("message_delta", md)
 	send("message_stop", map[string]any{})
 	flush(w)
+}
+
+// startAnswer begins an answer of the proxy's own: v as a JSON object when it is not streamed
+// (it returns false: the answer is complete), else the event stream's headers (true: the
+// caller writes the events).
+func startAnswer(w http.ResponseWriter, stream bool, v any) bool {
+	if !stream {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(v)
+		return false
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	return true
 }

@@ -50,15 +50,7 @@ func TestAnthropicClearToolUsesLocal(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("%d %s", resp.StatusCode, b)
 	}
-	var msg struct {
-		ContextManagement struct {
-			AppliedEdits []map[string]any `json:"applied_edits"`
-		} `json:"context_management"`
-	}
-	if err := json.Unmarshal(b, &msg); err != nil || len(msg.ContextManagement.AppliedEdits) != 1 {
-		t.Fatalf("answer %s", b)
-	}
-	ae := msg.ContextManagement.AppliedEdits[0]
+	ae := appliedEdits(t, b)[0]
 	if ae["type"] != "clear_tool_uses_20250919" || ae["cleared_tool_uses"] != float64(4) || ae["cleared_input_tokens"].(float64) < 4000 {
 		t.Fatalf("applied edit %v", ae)
 	}
@@ -195,4 +187,18 @@ func TestAnthropicCompactionLocal(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(string(b), `"stop_reason":"compaction"`) {
 		t.Fatalf("%d %s", resp.StatusCode, b)
 	}
+}
+
+// appliedEdits returns the one applied edit of an Anthropic message object.
+func appliedEdits(t *testing.T, b []byte) []map[string]any {
+	t.Helper()
+	var msg struct {
+		ContextManagement struct {
+			AppliedEdits []map[string]any `json:"applied_edits"`
+		} `json:"context_management"`
+	}
+	if err := json.Unmarshal(b, &msg); err != nil || len(msg.ContextManagement.AppliedEdits) != 1 {
+		t.Fatalf("answer %s", b)
+	}
+	return msg.ContextManagement.AppliedEdits
 }

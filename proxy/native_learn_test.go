@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -68,14 +67,7 @@ func TestNativeLearnedFromRefusal(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("%d %s", resp.StatusCode, b)
 	}
-	var msg struct {
-		ContextManagement struct {
-			AppliedEdits []map[string]any `json:"applied_edits"`
-		} `json:"context_management"`
-	}
-	if err := json.Unmarshal(b, &msg); err != nil || len(msg.ContextManagement.AppliedEdits) != 1 {
-		t.Fatalf("answer %s", b)
-	}
+	appliedEdits(t, b)
 	recs := fake.Records()
 	if len(recs) != 2 || recs[0].Rule != fakeupstream.RuleProviderContext || recs[1].Status != 200 ||
 		strings.Contains(recs[1].Headers["Anthropic-Beta"], "context-management") || recs[1].Extra["context_management"] != nil {

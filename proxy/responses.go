@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
 	"time"
 
@@ -163,11 +164,7 @@ func textItemEvents(b *bytes.Buffer, seq *int, idx int, item json.RawMessage, te
 		ID string `json:"id"`
 	}
 	_ = json.Unmarshal(item, &it)
-	send := func(typ string, v map[string]any) {
-		v["type"], v["sequence_number"] = typ, *seq
-		*seq++
-		b.Write(sse.Format(typ, mustMarshal(v)))
-	}
+	send := func(typ string, v map[string]any) { sendEvent(b, seq, typ, v) }
 	part := map[string]any{"type": "output_text", "text": "", "annotations": []any{}, "logprobs": []any{}}
 	send("response.output_item.added", map[string]any{"output_index": idx, "item": map[string]any{"type": "message", "id": it.ID,
 		"status": "in_progress", "role": "assistant", "content": []any{}}})
@@ -191,21 +188,12 @@ func writeResponsesLocal(w http.ResponseWriter, model string, stream bool, text 
 // text events), other items are streamed whole (added, then done).
 func writeResponsesItems(w http.ResponseWriter, model string, stream bool, items []json.RawMessage, texts map[int]string) {
 	resp := responseObject(randomID("resp_ctxmgr_"), model, items)
-	if !stream {
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(resp)
+	if !startAnswer(w, stream, resp) {
 		return
 	}
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
 	var b bytes.Buffer
 	seq := 0
-	send := func(typ string, v map[string]any) {
-		v["type"], v["sequence_number"] = typ, seq
-		seq++
-		b.Write(sse.Format(typ, mustMarshal(v)))
-	}
+	send := func(typ string, v map[string]any) { sendEvent(&b, &seq, typ, v) }
 	start := responseObject(resp["id"].(string), model, nil)
 	start["status"], start["usage"] = "in_progress", nil
 	send("response.created", map[string]any{"response": start})
@@ -221,4 +209,15 @@ func writeResponsesItems(w http.ResponseWriter, model string, stream bool, items
 	send("response.completed", map[string]any{"response": resp})
 	_, _ = w.Write(b.Bytes())
 	flush(w)
+}
+
+// sendEvent writes one event of the proxy's own: v with its type, and its sequence_number
+// when seq is not nil (the Responses API numbers its events).
+func sendEvent(w io.Writer, seq *int, typ string, v map[string]any) {
+	v["type"] = typ
+	if seq != nil {
+		v["sequence_number"] = *seq
+		*seq++
+	}
+	_, _ = w.Write(sse.Format(typ, mustMarshal(v)))
 }

@@ -3,12 +3,9 @@ package fakeupstream
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
-
-	"github.com/ctxmgr/ctxmgr/wire"
 )
 
 // The providers' own context management (Options.ProviderContext).
@@ -160,29 +157,15 @@ func (s *Server) issueCompaction() map[string]any {
 
 // serveResponsesCompact answers POST /v1/responses/compact: 404 unless the fake is native.
 func (s *Server) serveResponsesCompact(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	rec := Record{Format: string(wire.Responses), Path: r.URL.Path, Headers: map[string]string{}}
+	var refusal *violation
 	if s.opts.ProviderContext != ProviderContextNative {
-		s.refuse(w, &rec, &violation{rule: RuleProviderContext, status: 404, msg: "Unknown request URL",
-			body: `{"error":{"message":"Unknown request URL: POST /v1/responses/compact.","type":"invalid_request_error","param":null,"code":"unknown_url"}}`})
+		refusal = &violation{rule: RuleProviderContext, status: 404, msg: "Unknown request URL",
+			body: `{"error":{"message":"Unknown request URL: POST /v1/responses/compact.","type":"invalid_request_error","param":null,"code":"unknown_url"}}`}
+	}
+	body, rec, ok := s.countedResponses(w, r, "compaction", refusal)
+	if !ok {
 		return
 	}
-	req, err := wire.DecodeResponses(body)
-	if err != nil {
-		rec.Status, rec.Reply = 400, "error"
-		s.record(&rec)
-		openAIError(w, 400, "could not parse the request: "+err.Error(), "", "")
-		return
-	}
-	_ = json.Unmarshal(req.Extra["model"], &rec.Model)
-	rec.Messages = len(req.Messages)
-	rec.Tokens = s.counter.Request(req).Total
-	rec.Status, rec.Reply = 200, "compaction"
-	s.record(&rec)
 	var top struct {
 		Input []json.RawMessage `json:"input"`
 	}
