@@ -322,3 +322,11 @@ func (x *exchange) learnNative(ctx context.Context, body, errBody []byte) (next 
 	}
 	return out, false
 }
+
+// readFrom returns the sessions whose summaries the request's compaction tokens expanded.
+func (a *nativeAction) readFrom() []string {
+	if a == nil {
+		return nil
+	}
+	return a.sessions
+}

@@ -234,9 +234,13 @@ func (s *Server) nativeAnthropic(ctx context.Context, r *http.Request, base stri
 
 	// Compaction blocks sent back.
 	if raw, ok := top["messages"]; ok && bytes.Contains(raw, []byte(`"compaction"`)) {
-		msgs, expanded, err := s.expandAnthropicCompaction(ctx, raw)
+		msgs, from, err := s.expandAnthropicCompaction(ctx, raw)
 		if err != nil {
 			return nil, nil, err
+		}
+		expanded := from != ""
+		if expanded {
+			act.sessions = append(act.sessions, from)
 		}
 		if expanded {
 			top["messages"], changed = msgs, true
@@ -346,11 +350,12 @@ func endsInToolUse(raw json.RawMessage) bool {
 
 // expandAnthropicCompaction replaces the newest compaction block carrying a token of the
 // proxy's: the messages before its message are dropped (the summary stands for them), and the
-// block becomes a user message holding the summary, before what is left of its message.
-func (s *Server) expandAnthropicCompaction(ctx context.Context, raw json.RawMessage) (json.RawMessage, bool, error) {
+// block becomes a user message holding the summary, before what is left of its message. It
+// returns the session the token names ("" when there was none).
+func (s *Server) expandAnthropicCompaction(ctx context.Context, raw json.RawMessage) (json.RawMessage, string, error) {
 	msgs, err := decodeMessages(raw)
 	if err != nil {
-		return raw, false, nil
+		return raw, "", nil
 	}
 	for i := len(msgs) - 1; i >= 0; i-- {
 		for j, b := range msgs[i].Content {
@@ -364,7 +369,7 @@ func (s *Server) expandAnthropicCompaction(ctx context.Context, raw json.RawMess
 			}
 			text, err := s.expandToken(ctx, claim)
 			if err != nil {
-				return nil, false, err
+				return nil, "", err
 			}
 			summary := aMessage{Role: "user", raw: map[string]json.RawMessage{"role": mustMarshal("user")},
 				Content: []json.RawMessage{mustMarshal(map[string]any{"type": "text", "text": text})}}
@@ -375,10 +380,10 @@ func (s *Server) expandAnthropicCompaction(ctx context.Context, raw json.RawMess
 				out = append(out, rest)
 			}
 			out = append(out, msgs[i+1:]...)
-			return encodeMessages(out), true, nil
+			return encodeMessages(out), claim.Session, nil
 		}
 	}
-	return raw, false, nil
+	return raw, "", nil
 }
 
 // clearedRef is the ctxmgr_read ref of a cleared tool result, and its Store offload key.

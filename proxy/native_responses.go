@@ -42,6 +42,8 @@ type nativeAction struct {
 	threshold int
 	// anthropic is the Anthropic side's work (native_anthropic.go).
 	anthropic *anthropicNative
+	// sessions are those of the compaction tokens expanded: ctxmgr_read reads their archives.
+	sessions []string
 }
 
 // errNativeInput: a providers' context management field the proxy cannot read.
@@ -131,6 +133,7 @@ func (s *Server) nativeResponses(ctx context.Context, base string, endpoint bool
 					return nil, nil, err
 				}
 				it = userTextItem(text)
+				act.sessions = append(act.sessions, claim.Session)
 			}
 		case "message":
 			if act.endpoint && roleOf(it) == "user" {

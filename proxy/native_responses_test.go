@@ -297,3 +297,26 @@ func TestResponsesCompactionTwice(t *testing.T) {
 	}
 	noneRefused(t, e)
 }
+
+// TestResponsesCompactionArchiveReadable: after a compaction the client's history is the
+// compaction item (a new branch of the session); the summary it stands for names the archive
+// of the session it came from, which the model reads back with ctxmgr_read.
+func TestResponsesCompactionArchiveReadable(t *testing.T) {
+	e := newEnv(t, fakeupstream.Options{KeepBodies: true, ProviderContext: fakeupstream.ProviderContextNonNative}, Config{Window: 200000})
+	tools := `"tools":[{"type":"function","name":"shell","parameters":{"type":"object","properties":{"cmd":{"type":"string"}}}}]`
+	resp, b := postJSON(t, e.px.URL+"/v1/responses", `{"model":"gpt-5-codex","store":false,"prompt_cache_key":"c4",`+tools+`,"input":[`+codexHistory+`,{"type":"compaction_trigger"}]}`)
+	if resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	item := onlyCompaction(t, responsesOutput(t, b))
+	resp, b = postJSON(t, e.px.URL+"/v1/responses", `{"model":"gpt-5-codex","store":false,"prompt_cache_key":"c4",`+tools+`,"input":[
+	 {"type":"message","role":"user","content":[{"type":"input_text","text":"fix the failing test in /src/app/main_test.go"}]},
+	 `+string(mustMarshal(item))+`,
+	 {"type":"message","role":"user","content":[{"type":"input_text","text":"read back the test output"}]}]}`)
+	if resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	if !strings.Contains(string(b), "Read back: [ctxmgr_read messages") || strings.Contains(string(b), "no archived messages") || counterValue(e.srv.metrics.reads) < 1 {
+		t.Fatalf("the archive of the compacted session was not read back: %s", b)
+	}
+}

@@ -717,6 +717,13 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 	if branched {
 		info = append(info, slog.Bool("branched", true))
 	}
+	if len(x.nat.readFrom()) > 0 {
+		// A summary the request's compaction token stands for names its archive.
+		if err := s.offerReadTool(ps, dec.System, dec.Tools, true); err != nil {
+			ps.mu.Unlock()
+			return nil, info, err
+		}
+	}
 	if an := x.nat.anthropicSide(); an != nil {
 		// The edits' and compaction's triggers count the input the client sent.
 		an.clientTokens = ps.orig + mgr.m.Config().Counter.Request(&chat.Request{System: dec.System, Tools: dec.Tools}).Total
@@ -1181,7 +1188,7 @@ func (x *exchange) followUp(ctx context.Context, asst chat.Message, calls []read
 		return x.withoutRead()
 	}
 	for _, c := range calls {
-		text, isErr := x.s.answerRead(ctx, x.id, x.mgr, x.sess, c.Args, per, counter)
+		text, isErr := x.s.answerRead(ctx, x.id, x.nat.readFrom(), x.mgr, x.sess, c.Args, per, counter)
 		x.reads++
 		res := chat.ToolResult(c.ID, readToolName, text, isErr)
 		if x.format == FormatResponses {
