@@ -38,8 +38,9 @@ const cases = [
   { name: 'claude-code (--model claude-sonnet-4-5)', window: 40000, sessions: 1, thinking: true, run: clients.claudeCode('claude-sonnet-4-5'), paths: ['/v1/messages'] },
   { name: 'codex exec (Responses provider)', window: 40000, sessions: 1, run: clients.codexExec, paths: ['/v1/responses'] },
   // Codex with a provider named "OpenAI" compacts remotely (compaction_trigger); the upstream
-  // has no such feature (the fake refuses it as such upstreams do): the proxy answers it. Its
-  // bodies carry the compaction item, which the proxy expands: they are decoded whole.
+  // has no such feature (the fake refuses it as such upstreams do): the proxy answers it. With
+  // a compaction every other request, most bodies start the conversation over in the decode
+  // cache.
   { name: 'codex exec (provider "OpenAI": remote compaction, non-native upstream)', window: 40000, providerContext: 'non-native', decodeCache: false, run: clients.codexRemoteCompaction, paths: ['/v1/responses', '/v1/responses/compact'] },
   // @anthropic-ai/sdk beta messages with Anthropic context editing and compaction, through the
   // proxy in front of an upstream that refuses both (as Vertex, Bedrock and relays do).

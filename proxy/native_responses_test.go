@@ -320,3 +320,28 @@ func TestResponsesCompactionArchiveReadable(t *testing.T) {
 		t.Fatalf("the archive of the compacted session was not read back: %s", b)
 	}
 }
+
+// TestResponsesCompactionItemDecodeContinues: requests that carry the proxy's compaction item
+// (rewritten before they are decoded) still continue one another in the decode cache.
+func TestResponsesCompactionItemDecodeContinues(t *testing.T) {
+	e := newEnv(t, fakeupstream.Options{ProviderContext: fakeupstream.ProviderContextNonNative}, Config{Window: 200000})
+	resp, b := postJSON(t, e.px.URL+"/v1/responses", `{"model":"gpt-5-codex","store":false,"prompt_cache_key":"c5","input":[`+codexHistory+`,{"type":"compaction_trigger"}]}`)
+	if resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	input := `{"type":"message","role":"user","content":[{"type":"input_text","text":"fix the failing test"}]},` + string(mustMarshal(onlyCompaction(t, responsesOutput(t, b))))
+	before := e.srv.decodes.continued.Load()
+	for i := range 5 {
+		input += fmt.Sprintf(`,{"type":"message","role":"user","content":[{"type":"input_text","text":"step %d, no tools"}]}`, i)
+		resp, b = postJSON(t, e.px.URL+"/v1/responses", `{"model":"gpt-5-codex","store":false,"prompt_cache_key":"c5","input":[`+input+`]}`)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, b)
+		}
+		out := responsesOutput(t, b)
+		input += "," + string(mustMarshal(out[len(out)-1]))
+	}
+	// The first request after the compaction starts over; the next ones continue.
+	if got := e.srv.decodes.continued.Load() - before; got < 3 {
+		t.Fatalf("%d of 5 requests continued the one before in the decode cache", got)
+	}
+}
