@@ -37,6 +37,9 @@ const cases = [
   { name: 'claude-code (default model)', window: 40000, sessions: 1, thinking: true, run: clients.claudeCode(null), paths: ['/v1/messages'] },
   { name: 'claude-code (--model claude-sonnet-4-5)', window: 40000, sessions: 1, thinking: true, run: clients.claudeCode('claude-sonnet-4-5'), paths: ['/v1/messages'] },
   { name: 'codex exec (Responses provider)', window: 40000, sessions: 1, run: clients.codexExec, paths: ['/v1/responses'] },
+  // Claude Code sends context_management and its betas; in front of an upstream that refuses
+  // them (Vertex, Bedrock, relays) the proxy answers them.
+  { name: 'claude-code (non-native upstream)', window: 40000, sessions: 1, thinking: true, providerContext: 'non-native', run: clients.claudeCode(null), paths: ['/v1/messages'] },
   // Codex with a provider named "OpenAI" compacts remotely (compaction_trigger); the upstream
   // has no such feature (the fake refuses it as such upstreams do): the proxy answers it. With
   // a compaction every other request, most bodies start the conversation over in the decode
