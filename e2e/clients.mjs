@@ -388,8 +388,9 @@ export async function anthropicClearToolUses({ proxy, work }) {
 }
 
 // anthropicCompact: compact_20260112 (beta compact-2026-01-12) through the proxy in front of
-// an upstream without it: once the client's input passes the trigger, the proxy answers with
-// a compaction block, which the client sends back with the rest of its history.
+// an upstream without it: once the client's input passes the trigger, the proxy's answer
+// starts with a compaction block, the model's answer after it; the client sends the block back
+// with the rest of its history.
 export async function anthropicCompact({ proxy, work }) {
   const steps = 24;
   const files = path.join(work, 'files');
@@ -403,8 +404,10 @@ export async function anthropicCompact({ proxy, work }) {
     const block = msg.content.find((b) => b.type === 'compaction');
     if (!block) return;
     compactions++;
-    if (msg.stop_reason !== 'compaction' || !block.content || !block.encrypted_content) fails.push(`a compaction answer is malformed: ${JSON.stringify(msg).slice(0, 300)}`);
-    if (!(msg.usage?.iterations ?? []).some((it) => it.type === 'compaction')) fails.push('a compaction answer has no compaction in usage.iterations');
+    // Without pause_after_compaction the model's answer follows the block, in the same message.
+    if (msg.content[0] !== block || msg.content.length < 2 || msg.stop_reason === 'compaction' || !block.content || !block.encrypted_content) fails.push(`a compaction answer is malformed: ${JSON.stringify(msg).slice(0, 300)}`);
+    const iters = (msg.usage?.iterations ?? []).map((it) => it.type).join(',');
+    if (iters !== 'compaction,message') fails.push(`a compaction answer's usage.iterations is ${iters}, want compaction,message`);
   });
   expectDone(fails, 'beta.messages with compact_20260112', text, steps);
   if (compactions < 1) fails.push('the proxy never answered with a compaction');

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -196,15 +197,35 @@ func (x *exchange) nativeRewrite(body []byte) ([]byte, error) {
 // is folded into the summary, and the client gets the token of that summary in its API's
 // shape. It returns errAnswered once the answer is written.
 func (s *Server) answerCompaction(ctx context.Context, x *exchange, ps *psession) error {
-	act := x.nat
-	res, err := ps.sess.CompactAll(ctx, act.instruction)
+	tok, summary, ok := s.compactNow(ctx, x, ps)
+	if !ok {
+		return errAnswered
+	}
+	x.w.Header().Set("X-Ctxmgr-Local", "1")
+	switch x.format {
+	case FormatResponses:
+		writeResponsesCompaction(x.w, x.nat, x.model, x.stream, tok)
+	case FormatAnthropic:
+		writeAnthropicCompaction(x.w, x.nat, x.model, x.stream, tok, summary)
+	}
+	return errAnswered
+}
+
+// errRestart: the request is served again from exchange.restart (a compaction the model's
+// answer continues, native_anthropic.go).
+var errRestart = errors.New("restart")
+
+// compactNow folds the whole history of the synced session (whose lock the caller holds, and
+// which this releases) into the summary, stores the request's messages, and returns the token
+// and text of the summary. On failure it answers the client itself and ok is false.
+func (s *Server) compactNow(ctx context.Context, x *exchange, ps *psession) (tok, summary string, ok bool) {
+	res, err := ps.sess.CompactAll(ctx, x.nat.instruction)
 	version := res.SummaryVersion
 	if err == nil && version == 0 {
 		if sum := ps.sess.Summary(); sum != nil {
 			version = sum.Version // nothing new since the last summary: it stands
 		}
 	}
-	summary := ""
 	if err == nil {
 		_ = s.syncReadTool(ps, x.dec.System, x.dec.Tools)
 		if sum := ps.sess.Summary(); sum != nil && sum.Version == version {
@@ -215,26 +236,18 @@ func (s *Server) answerCompaction(ctx context.Context, x *exchange, ps *psession
 	x.startFlush()
 	if x.awaitFlush() != nil {
 		x.notStored()
-		return errAnswered
+		return "", "", false
 	}
 	if err != nil {
 		x.log.Warn("proxy: compaction failed", slog.String("error", err.Error()))
 		writeError(x.w, x.format, http.StatusInternalServerError, "api_error", "ctxmgr: compaction failed: "+RedactText(err.Error()))
-		return errAnswered
+		return "", "", false
 	}
-	tok, err := s.sealToken(ctx, compactionClaim{Session: ps.id, Version: version})
-	if err != nil {
+	if tok, err = s.sealToken(ctx, compactionClaim{Session: ps.id, Version: version}); err != nil {
 		writeError(x.w, x.format, http.StatusInternalServerError, "api_error", "ctxmgr: "+RedactText(err.Error()))
-		return errAnswered
+		return "", "", false
 	}
-	x.w.Header().Set("X-Ctxmgr-Local", "1")
-	switch x.format {
-	case FormatResponses:
-		writeResponsesCompaction(x.w, act, x.model, x.stream, tok)
-	case FormatAnthropic:
-		writeAnthropicCompaction(x.w, act, x.model, x.stream, tok, summary)
-	}
-	return errAnswered
+	return tok, summary, true
 }
 
 // anthropicSide returns the Anthropic side of a, nil if there is none.
@@ -329,4 +342,11 @@ func (a *nativeAction) readFrom() []string {
 		return nil
 	}
 	return a.sessions
+}
+
+// rewritesAnswer reports whether the upstream's answer is changed on its way to the client
+// (applied edits reported, a compaction block put first).
+func (a *nativeAction) rewritesAnswer() bool {
+	an := a.anthropicSide()
+	return an != nil && (an.applied != nil || an.prepend != nil)
 }

@@ -25,13 +25,14 @@ import (
 //     placeholder naming where its text is stored (the ctxmgr_read tool reads it back), and
 //     the answer carries context_management.applied_edits, in the message and in the streamed
 //     message_delta.
-//   - compact_20260112 (once the client's input reaches its trigger, default 150,000) and
-//     on-demand compaction (top-level "compaction": {"type": "summarize"}) are answered by the
-//     proxy: the whole history is folded into its summary and the answer is one compaction
-//     block {content: the summary, encrypted_content: the proxy's token} with stop_reason
-//     "compaction" and usage.iterations holding the compaction. The proxy always pauses after
-//     a compaction (as pause_after_compaction true does): the client's next request, with the
-//     block sent back, is answered by the model.
+//   - compact_20260112, once the client's input reaches its trigger (default 150,000): the
+//     whole history is folded into the proxy's summary, and the answer starts with a
+//     compaction block {content: the summary, encrypted_content: the proxy's token}; the
+//     model's answer to the summary follows it (the request is served anew with the summary
+//     as its history), with usage.iterations holding the compaction and the message. With
+//     pause_after_compaction the answer is the block alone, stop_reason "compaction".
+//   - on-demand compaction (top-level "compaction": {"type": "summarize"}) is answered by the
+//     block alone, stop_reason "compaction".
 //   - a compaction block the client sends back with a token of the proxy's stands for every
 //     message before it: those are dropped from what is forwarded and the block becomes a
 //     user message holding the summary.
@@ -51,12 +52,17 @@ type anthropicNative struct {
 	clientToolUses int
 	// applied is the response's context_management.applied_edits (nil: no edits).
 	applied []map[string]any
+	// prepend is the compaction block the answer starts with (compactThenContinue), nil if
+	// none; compactedTokens the input it folded.
+	prepend         map[string]any
+	compactedTokens int
 }
 
 // compactEdit is a compact_20260112 edit.
 type compactEdit struct {
 	trigger      int
 	instructions string
+	pause        bool // pause_after_compaction
 }
 
 // anthropicEdit is a clear_tool_uses_20250919 or clear_thinking_20251015 edit, as the client
@@ -180,9 +186,10 @@ func (s *Server) nativeAnthropic(ctx context.Context, r *http.Request, base stri
 				var c struct {
 					Trigger      *valueOf `json:"trigger"`
 					Instructions *string  `json:"instructions"`
+					Pause        bool     `json:"pause_after_compaction"`
 				}
 				_ = json.Unmarshal(e, &c)
-				ce := &compactEdit{trigger: defaultCompactTrigger}
+				ce := &compactEdit{trigger: defaultCompactTrigger, pause: c.Pause}
 				if c.Trigger != nil {
 					if c.Trigger.Value < minCompactTrigger {
 						return nil, nil, &nativeInputError{fmt.Sprintf("context_management.edits.%d.trigger", i),
@@ -613,4 +620,110 @@ func writeAnthropicCompaction(w http.ResponseWriter, act *nativeAction, model st
 func deltaWithEdits(ev sse.Event, applied []map[string]any) sse.Event {
 	data := withContextManagement(ev.Data, applied)
 	return sse.Event{Name: ev.Name, Data: data, Raw: sse.Format(ev.Name, data)}
+}
+
+// compactThenContinue answers compact_20260112 without pause_after_compaction: the whole
+// history of the synced session (whose lock the caller holds, and which this releases) is
+// folded into the summary, and the request is served anew (errRestart) with the summary as
+// its history, as the client's next request will send it (the block expanded); the answer
+// starts with the compaction block.
+func (s *Server) compactThenContinue(ctx context.Context, x *exchange, ps *psession) error {
+	an := x.nat.anthropic
+	an.compactedTokens = an.clientTokens
+	tok, summary, ok := s.compactNow(ctx, x, ps)
+	if !ok {
+		return errAnswered
+	}
+	claim, _ := s.openToken(ctx, tok)
+	text, err := s.expandToken(ctx, claim)
+	var top map[string]json.RawMessage
+	if err == nil {
+		err = json.Unmarshal(x.body, &top)
+	}
+	if err != nil {
+		writeError(x.w, x.format, http.StatusInternalServerError, "api_error", "ctxmgr: "+RedactText(err.Error()))
+		return errAnswered
+	}
+	top["messages"] = mustMarshal([]any{map[string]any{"role": "user", "content": []any{map[string]any{"type": "text", "text": text}}}})
+	x.restart = mustMarshal(top)
+	x.nat.compact, an.compact = false, nil
+	x.nat.sessions = append(x.nat.sessions, claim.Session)
+	an.prepend = map[string]any{"type": "compaction", "content": summary, "encrypted_content": tok}
+	return errRestart
+}
+
+// compactionIteration is the usage.iterations entry of a compaction of input tokens.
+func compactionIteration(input int) map[string]any {
+	return map[string]any{"type": "compaction", "input_tokens": input, "output_tokens": 0, "cache_creation_input_tokens": 0,
+		"cache_read_input_tokens": 0, "cache_creation": nil}
+}
+
+// withPrepended returns a message object whose content starts with an's compaction block and
+// whose usage.iterations holds the compaction and the message.
+func withPrepended(data []byte, an *anthropicNative) []byte {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(data, &top) != nil {
+		return data
+	}
+	var content []json.RawMessage
+	_ = json.Unmarshal(top["content"], &content)
+	top["content"] = mustMarshal(append([]json.RawMessage{mustMarshal(an.prepend)}, content...))
+	top["usage"] = withIterations(top["usage"], an)
+	return mustMarshal(top)
+}
+
+// withIterations adds usage.iterations to a usage object: the compaction, then the message
+// with the usage's own counts.
+func withIterations(raw json.RawMessage, an *anthropicNative) json.RawMessage {
+	var u map[string]json.RawMessage
+	if json.Unmarshal(raw, &u) != nil || u == nil {
+		u = map[string]json.RawMessage{}
+	}
+	msg := map[string]any{"type": "message", "model": nil, "cache_creation": nil}
+	for _, k := range []string{"input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"} {
+		n := 0
+		_ = json.Unmarshal(u[k], &n)
+		msg[k] = n
+	}
+	u["iterations"] = mustMarshal([]any{compactionIteration(an.compactedTokens), msg})
+	return mustMarshal(u)
+}
+
+// prependStream rewrites the events of a streamed answer (as the stream filter let them out)
+// so that it starts with an's compaction block: the block's events follow message_start,
+// every other block's index is one more, and message_delta's usage holds the iterations.
+func prependStream(out []byte, an *anthropicNative) []byte {
+	var b bytes.Buffer
+	rd := sse.NewReader(bytes.NewReader(out))
+	for {
+		ev, err := rd.Next()
+		if err != nil {
+			return b.Bytes()
+		}
+		var top map[string]json.RawMessage
+		if json.Unmarshal(ev.Data, &top) != nil {
+			b.Write(ev.Raw)
+			continue
+		}
+		switch ev.Name {
+		case "message_start":
+			b.Write(ev.Raw)
+			sendEvent(&b, nil, "content_block_start", map[string]any{"index": 0,
+				"content_block": map[string]any{"type": "compaction", "content": nil, "encrypted_content": nil}})
+			sendEvent(&b, nil, "content_block_delta", map[string]any{"index": 0,
+				"delta": map[string]any{"type": "compaction_delta", "content": an.prepend["content"], "encrypted_content": an.prepend["encrypted_content"]}})
+			sendEvent(&b, nil, "content_block_stop", map[string]any{"index": 0})
+			continue
+		case "content_block_start", "content_block_delta", "content_block_stop":
+			var i int
+			_ = json.Unmarshal(top["index"], &i)
+			top["index"] = mustMarshal(i + 1)
+		case "message_delta":
+			top["usage"] = withIterations(top["usage"], an)
+		default:
+			b.Write(ev.Raw)
+			continue
+		}
+		b.Write(sse.Format(ev.Name, mustMarshal(top)))
+	}
 }

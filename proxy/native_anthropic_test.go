@@ -180,12 +180,49 @@ func TestAnthropicCompactionLocal(t *testing.T) {
 		t.Fatalf("%d %s", resp.StatusCode, b)
 	}
 	anthropicNoneRefused(t, e)
-	// Over it: answered with a compaction.
-	resp, b = postJSON(t, e.px.URL+"/v1/messages", `{"model":"claude-sonnet-4-5","max_tokens":1024,`+anthropicTools+`,
-	 "context_management":{"edits":[{"type":"compact_20260112","trigger":{"type":"input_tokens","value":50000}}]},"messages":[`+anthropicToolHistory(24)+`,{"role":"assistant","content":"ok"},{"role":"user","content":"go on, no tools"}]}`,
-		"anthropic-beta", "compact-2026-01-12")
+	// Over it, with pause_after_compaction: the compaction block alone.
+	over := `{"model":"claude-sonnet-4-5","max_tokens":1024,` + anthropicTools + `,
+	 "context_management":{"edits":[{"type":"compact_20260112","trigger":{"type":"input_tokens","value":50000},"pause_after_compaction":true}]},
+	 "messages":[` + anthropicToolHistory(24) + `,{"role":"assistant","content":"ok"},{"role":"user","content":"go on, no tools"}]}`
+	resp, b = postJSON(t, e.px.URL+"/v1/messages", over, "anthropic-beta", "compact-2026-01-12")
 	if resp.StatusCode != 200 || !strings.Contains(string(b), `"stop_reason":"compaction"`) {
 		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	// Without it: the block, then the model's answer to the summary, in one response.
+	e.fake.Reset()
+	cont := strings.Replace(over, `,"pause_after_compaction":true`, ``, 1)
+	resp, b = postJSON(t, e.px.URL+"/v1/messages", cont, "anthropic-beta", "compact-2026-01-12")
+	var msg struct {
+		Content    []map[string]any `json:"content"`
+		StopReason string           `json:"stop_reason"`
+		Usage      struct {
+			Iterations []map[string]any `json:"iterations"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(b, &msg); err != nil || resp.StatusCode != 200 || len(msg.Content) < 2 || msg.Content[0]["type"] != "compaction" ||
+		msg.StopReason == "compaction" || len(msg.Usage.Iterations) != 2 || msg.Usage.Iterations[1]["type"] != "message" {
+		t.Fatalf("%d %s", resp.StatusCode, b[max(0, len(b)-600):])
+	}
+	recs = e.fake.Records()
+	if len(recs) != 1 || recs[0].Messages != 1 || !strings.Contains(string(recs[0].Body), "Summary of the earlier conversation") {
+		t.Fatalf("the model was not asked with the summary alone: %+v", recs)
+	}
+	anthropicNoneRefused(t, e)
+	// Streamed: the block's events come first, the model's blocks after it.
+	resp, b = postJSON(t, e.px.URL+"/v1/messages", strings.Replace(cont, `"max_tokens":1024,`, `"max_tokens":1024,"stream":true,`, 1), "anthropic-beta", "compact-2026-01-12")
+	var starts []string
+	for _, ev := range parseSSE(t, b) {
+		if ev.Name == "content_block_start" {
+			var v struct {
+				Index int            `json:"index"`
+				Block map[string]any `json:"content_block"`
+			}
+			_ = json.Unmarshal(ev.Data, &v)
+			starts = append(starts, fmt.Sprintf("%d:%v", v.Index, v.Block["type"]))
+		}
+	}
+	if resp.StatusCode != 200 || len(starts) < 2 || starts[0] != "0:compaction" || starts[1] != "1:text" || !strings.Contains(string(b), `"iterations"`) {
+		t.Fatalf("%d %v %s", resp.StatusCode, starts, b)
 	}
 }
 

@@ -143,7 +143,7 @@ func (s *Server) expandToken(ctx context.Context, c compactionClaim) (string, er
 		if sum.Version == c.Version {
 			fmt.Fprintf(&b, ", summary v%d; the summarized messages are archived verbatim", c.Version)
 			if !s.cfg.DisableReadTool {
-				b.WriteString(" and read back with the ctxmgr_read tool")
+				b.WriteString("; the ctxmgr_read tool reads them")
 			}
 			b.WriteString("):\n\n")
 			b.WriteString(sum.Text)

@@ -328,6 +328,8 @@ type exchange struct {
 	// base is the upstream's base URL; before the client's input tokens (managed only).
 	base   string
 	before int
+	// restart is the body the request is served anew with (errRestart).
+	restart []byte
 
 	ps       *psession
 	id       string
@@ -479,7 +481,24 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 		}
 		return
 	}
-	dec, di, derr := s.decodes.decode(format, body, x.bodyOf(body), x.exp)
+	for {
+		next := s.serveBody(x, body, start, &attrs)
+		if next == nil {
+			return
+		}
+		// Served anew: a new exchange for the same client request, its bodies and what the
+		// proxy answers itself kept.
+		*x = exchange{s: s, w: sw, r: r, format: format, log: s.log, nat: x.nat, bodies: x.bodies, body: next}
+		body = next
+	}
+}
+
+// serveBody serves the client's body (rewritten by nativeRewrite): decoded, managed and
+// forwarded, or answered. It returns the body to serve again when the request is to be
+// served anew (errRestart), else nil.
+func (s *Server) serveBody(x *exchange, body []byte, start time.Time, attrs *[]slog.Attr) []byte {
+	var err error
+	dec, di, derr := s.decodes.decode(x.format, body, x.bodyOf(body), x.exp)
 	x.exp.release()
 	x.exp = nil
 	defer di.done() // after every use of dec's messages: the deferred calls below run first
@@ -491,75 +510,79 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 	} else {
 		x.model, x.stream = peekModel(body)
 	}
-	attrs = append(attrs, slog.String("model", x.model), slog.Bool("stream", x.stream))
-	base := s.cfg.upstream(format, x.model)
+	*attrs = append(*attrs, slog.String("model", x.model), slog.Bool("stream", x.stream))
+	base := s.cfg.upstream(x.format, x.model)
 	x.base = base
 	if base == "" {
-		writeError(sw, format, http.StatusBadGateway, "api_error", fmt.Sprintf("no upstream configured for %s requests", format))
-		return
+		writeError(x.w, x.format, http.StatusBadGateway, "api_error", fmt.Sprintf("no upstream configured for %s requests", x.format))
+		return nil
 	}
-	if x.target, err = targetURL(base, r); err != nil {
-		writeError(sw, format, http.StatusBadGateway, "api_error", RedactText(err.Error()))
-		return
+	if x.target, err = targetURL(base, x.r); err != nil {
+		writeError(x.w, x.format, http.StatusBadGateway, "api_error", RedactText(err.Error()))
+		return nil
 	}
 	if derr != nil {
 		// Not a body the proxy understands: the upstream gives the real error.
 		s.metrics.unmanaged.WithLabelValues(ReasonDecode).Inc()
-		attrs = append(attrs, slog.Bool("managed", false), slog.String("reason", ReasonDecode), slog.String("unmanaged", derr.Error()))
-		x.forward(r.Context(), body)
-		return
+		*attrs = append(*attrs, slog.Bool("managed", false), slog.String("reason", ReasonDecode), slog.String("unmanaged", derr.Error()))
+		x.forward(x.r.Context(), body)
+		return nil
 	}
-	if x.nat == nil && strings.HasSuffix(r.URL.Path, "/responses/compact") {
+	if x.nat == nil && strings.HasSuffix(x.r.URL.Path, "/responses/compact") {
 		// The upstream compacts (native.go): its answer replaces the client's history.
 		s.metrics.unmanaged.WithLabelValues(ReasonPath).Inc()
-		attrs = append(attrs, slog.Bool("managed", false), slog.String("reason", ReasonPath))
-		x.forward(r.Context(), body)
-		return
+		*attrs = append(*attrs, slog.Bool("managed", false), slog.String("reason", ReasonPath))
+		x.forward(x.r.Context(), body)
+		return nil
 	}
-	if reason := providerState(format, dec); reason != "" {
+	if reason := providerState(x.format, dec); reason != "" {
 		// The history lives on the provider (responses.go): nothing to manage here.
 		s.metrics.unmanaged.WithLabelValues(ReasonProviderState).Inc()
-		attrs = append(attrs, slog.Bool("managed", false), slog.String("reason", ReasonProviderState), slog.String("unmanaged", reason))
-		x.forward(r.Context(), body)
-		return
+		*attrs = append(*attrs, slog.Bool("managed", false), slog.String("reason", ReasonProviderState), slog.String("unmanaged", reason))
+		x.forward(x.r.Context(), body)
+		return nil
 	}
 
 	defer func() { _ = x.awaitFlush() }() // whatever path returns, the write is complete
-	out, info, err := s.manage(r.Context(), x)
-	attrs = append(attrs, info...)
+	out, info, err := s.manage(x.r.Context(), x)
+	*attrs = append(*attrs, info...)
 	if err != nil {
 		if errors.Is(err, errAnswered) {
-			return
+			return nil
+		}
+		if errors.Is(err, errRestart) {
+			return x.restart
 		}
 		if isBusy(err) {
 			// Never forwarded raw: a client retrying gets a managed request.
 			s.metrics.busy.Inc()
-			attrs = append(attrs, slog.String("error", err.Error()))
-			sw.Header().Set("Retry-After", "1")
-			writeError(sw, format, http.StatusServiceUnavailable, "overloaded_error", "ctxmgr: the session is being written by other requests; retry")
-			return
+			*attrs = append(*attrs, slog.String("error", err.Error()))
+			x.w.Header().Set("Retry-After", "1")
+			writeError(x.w, x.format, http.StatusServiceUnavailable, "overloaded_error", "ctxmgr: the session is being written by other requests; retry")
+			return nil
 		}
 		reason := unmanagedReason(err)
 		s.metrics.unmanaged.WithLabelValues(reason).Inc()
-		attrs = append(attrs, slog.Bool("managed", false), slog.String("reason", reason), slog.String("unmanaged", err.Error()))
+		*attrs = append(*attrs, slog.Bool("managed", false), slog.String("reason", reason), slog.String("unmanaged", err.Error()))
 		x.managed = false
-		x.forward(r.Context(), body)
-		return
+		x.forward(x.r.Context(), body)
+		return nil
 	}
-	attrs = append(attrs, slog.Bool("managed", true))
+	*attrs = append(*attrs, slog.Bool("managed", true))
 	if an := x.nat.anthropicSide(); an != nil && len(an.edits) > 0 {
-		out = s.applyEdits(r.Context(), an, x.id, out, x.mgr.m.Config().Counter, x.mgr.m.Config().OffloadRetention)
-		attrs = append(attrs, slog.Int("applied_edits", len(an.applied)))
+		out = s.applyEdits(x.r.Context(), an, x.id, out, x.mgr.m.Config().Counter, x.mgr.m.Config().OffloadRetention)
+		*attrs = append(*attrs, slog.Int("applied_edits", len(an.applied)))
 	}
-	s.metrics.overhead.WithLabelValues(string(format)).Observe(time.Since(start).Seconds())
-	x.forward(r.Context(), out)
-	attrs = append(attrs, slog.Duration("upstream", time.Duration(x.upstreamNS)))
+	s.metrics.overhead.WithLabelValues(string(x.format)).Observe(time.Since(start).Seconds())
+	x.forward(x.r.Context(), out)
+	*attrs = append(*attrs, slog.Duration("upstream", time.Duration(x.upstreamNS)))
 	if x.recovered > 0 {
-		attrs = append(attrs, slog.Int("recoveries", x.recovered))
+		*attrs = append(*attrs, slog.Int("recoveries", x.recovered))
 	}
 	if x.reads > 0 {
-		attrs = append(attrs, slog.Int("reads", x.reads))
+		*attrs = append(*attrs, slog.Int("reads", x.reads))
 	}
+	return nil
 }
 
 // readBody reads a request body of at most limit bytes, into buf if it has room. A declared
@@ -730,6 +753,11 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 		an.clientToolUses = countToolUses(x.body)
 		if an.compact != nil && an.clientTokens >= an.compact.trigger {
 			x.nat.compact, x.nat.instruction = true, an.compact.instructions
+			if !an.compact.pause {
+				// The model's answer follows the compaction, in the same response.
+				err := s.compactThenContinue(ctx, x, ps)
+				return nil, append(info, slog.String("command", "native_compaction")), err
+			}
 			cmd = &command{name: "compact", arg: an.compact.instructions, native: true}
 		}
 	}
@@ -1108,7 +1136,7 @@ func sharesAll(a, b []chat.Message) bool {
 
 // relayJSON relays a non-streamed answer, answering ctxmgr_read calls first.
 func (x *exchange) relayJSON(ctx context.Context, resp *http.Response) {
-	if !x.managed {
+	if !x.managed && !x.nat.rewritesAnswer() {
 		defer resp.Body.Close()
 		copyResponseHeaders(x.w.Header(), resp.Header)
 		x.w.WriteHeader(resp.StatusCode)
@@ -1157,6 +1185,9 @@ func (x *exchange) relayJSON(ctx context.Context, resp *http.Response) {
 	// returns).
 	if an := x.nat.anthropicSide(); an != nil && an.applied != nil {
 		data = withContextManagement(data, an.applied)
+	}
+	if an := x.nat.anthropicSide(); an != nil && an.prepend != nil {
+		data = withPrepended(data, an)
 	}
 	copyResponseHeaders(x.w.Header(), resp.Header)
 	if resp.StatusCode != http.StatusNoContent {
