@@ -135,6 +135,17 @@ func dropBetas(h http.Header, drop map[string]bool) {
 
 // nativeAnthropic is nativeRequest for the Anthropic Messages API.
 func (s *Server) nativeAnthropic(ctx context.Context, r *http.Request, base string, body []byte) ([]byte, *nativeAction, error) {
+	if !s.nativeLocal(base, FeatureAnthropicEdits) && !s.nativeLocal(base, FeatureAnthropicCompaction) {
+		// Forwarded as it is: not parsed (Claude Code sends context_management every time).
+		betas := nativeBetas(r.Header)
+		if bytes.Contains(body, []byte(`"context_management"`)) || strings.Contains(betas, "context-management") {
+			s.countNative(FormatAnthropic, FeatureAnthropicEdits, decisionPassthrough)
+		}
+		if bytes.Contains(body, []byte(`"compact`)) || strings.Contains(betas, "compact-") {
+			s.countNative(FormatAnthropic, FeatureAnthropicCompaction, decisionPassthrough)
+		}
+		return body, nil, nil
+	}
 	var top map[string]json.RawMessage
 	if json.Unmarshal(body, &top) != nil {
 		return body, nil, nil // the decoder gives the error
@@ -270,10 +281,6 @@ func (s *Server) nativeAnthropic(ctx context.Context, r *http.Request, base stri
 	}
 	if !changed && len(an.dropBetas) == 0 {
 		return body, nil, nil
-	}
-	act.feature = FeatureAnthropicEdits
-	if act.compact || an.compact != nil || !local[FeatureAnthropicEdits] {
-		act.feature = FeatureAnthropicCompaction
 	}
 	if !changed {
 		return body, act, nil

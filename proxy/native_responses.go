@@ -29,8 +29,7 @@ import (
 
 // nativeAction is what the proxy does itself for a request's providers' context management.
 type nativeAction struct {
-	feature string
-	base    string // the upstream's base URL
+	base string // the upstream's base URL
 	// compact: answer with a compaction of the whole history, following instruction.
 	compact     bool
 	instruction string
@@ -87,6 +86,15 @@ func (s *Server) nativeRequest(ctx context.Context, f Format, r *http.Request, b
 
 // nativeResponses is nativeRequest for the Responses API.
 func (s *Server) nativeResponses(ctx context.Context, base string, endpoint bool, body []byte) ([]byte, *nativeAction, error) {
+	feature := FeatureResponsesCompaction
+	if !s.nativeLocal(base, feature) {
+		// Forwarded as it is, not parsed.
+		if endpoint || bytes.Contains(body, []byte(`"compaction_trigger"`)) || bytes.Contains(body, []byte(`"context_management"`)) ||
+			bytes.Contains(body, []byte(`"type":"compaction"`)) {
+			s.countNative(FormatResponses, feature, decisionPassthrough)
+		}
+		return body, nil, nil
+	}
 	var top map[string]json.RawMessage
 	if json.Unmarshal(body, &top) != nil {
 		return body, nil, nil // the decoder gives the error
@@ -102,12 +110,7 @@ func (s *Server) nativeResponses(ctx context.Context, base string, endpoint bool
 	if !endpoint && !hasCM && !trigger && !hasItemType(items, "compaction") {
 		return body, nil, nil
 	}
-	feature := FeatureResponsesCompaction
-	if !s.nativeLocal(base, feature) {
-		s.countNative(FormatResponses, feature, decisionPassthrough)
-		return body, nil, nil
-	}
-	act := &nativeAction{feature: feature, base: base, compact: trigger || endpoint, endpoint: endpoint}
+	act := &nativeAction{base: base, compact: trigger || endpoint, endpoint: endpoint}
 	if hasCM {
 		n, err := compactThreshold(top["context_management"])
 		if err != nil {
