@@ -344,10 +344,14 @@ function codexErrors(r) {
 
 // --- @anthropic-ai/sdk beta messages with the providers' own context management ---
 
-// anthropicBetaLoop runs the agent script with client.beta.messages (every other request
-// streamed), params added to each request, until the final answer. onMessage sees each answer;
+// anthropicBetaLoop runs an agent script of steps files (tagged tag) with client.beta.messages
+// (every other request streamed), params added to each request, until the final answer. onMessage sees each answer;
 // an answer that stops for a compaction is kept in the history and the loop goes on.
-async function anthropicBetaLoop(client, work, prompt, steps, params, onMessage) {
+async function anthropicBetaLoop({ proxy, work }, tag, steps, params, onMessage) {
+  const files = path.join(work, 'files');
+  writeSteps(files, steps, 3000, tag);
+  const client = anthropicClient(proxy);
+  const prompt = `Run the build steps and report. ${marker(steps, files)}`;
   const tools = Object.keys(TOOL_DESC).map((name) => ({ name, description: TOOL_DESC[name], input_schema: TOOL_SCHEMA[name] }));
   const messages = [{ role: 'user', content: prompt }];
   for (let i = 0; i < steps * 3 + 6; i++) {
@@ -370,13 +374,11 @@ function anthropicClient(proxy) {
 // anthropicClearToolUses: clear_tool_uses_20250919 (beta context-management-2025-06-27)
 // through the proxy in front of an upstream without it: the proxy clears old tool results
 // and says so in context_management.applied_edits.
-export async function anthropicClearToolUses({ proxy, work }) {
+export async function anthropicClearToolUses(ctx) {
   const steps = 10;
-  const files = path.join(work, 'files');
-  writeSteps(files, steps, 3000, 'edit');
   const fails = [];
   let applied = 0;
-  const text = await anthropicBetaLoop(anthropicClient(proxy), work, `Run the build steps and report. ${marker(steps, files)}`, steps, {
+  const text = await anthropicBetaLoop(ctx, 'edit', steps, {
     betas: ['context-management-2025-06-27'],
     context_management: { edits: [{ type: 'clear_tool_uses_20250919', trigger: { type: 'input_tokens', value: 8000 }, keep: { type: 'tool_uses', value: 2 } }] },
   }, (msg) => {
@@ -391,13 +393,11 @@ export async function anthropicClearToolUses({ proxy, work }) {
 // an upstream without it: once the client's input passes the trigger, the proxy's answer
 // starts with a compaction block, the model's answer after it; the client sends the block back
 // with the rest of its history.
-export async function anthropicCompact({ proxy, work }) {
+export async function anthropicCompact(ctx) {
   const steps = 24;
-  const files = path.join(work, 'files');
-  writeSteps(files, steps, 3000, 'compact');
   const fails = [];
   let compactions = 0;
-  const text = await anthropicBetaLoop(anthropicClient(proxy), work, `Run the build steps and report. ${marker(steps, files)}`, steps, {
+  const text = await anthropicBetaLoop(ctx, 'compact', steps, {
     betas: ['compact-2026-01-12'],
     context_management: { edits: [{ type: 'compact_20260112', trigger: { type: 'input_tokens', value: 50000 } }] },
   }, (msg) => {

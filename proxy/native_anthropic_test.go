@@ -134,13 +134,7 @@ func TestAnthropicCompactionLocal(t *testing.T) {
 			}
 			continue
 		}
-		var msg struct {
-			Content    []map[string]any `json:"content"`
-			StopReason string           `json:"stop_reason"`
-			Usage      struct {
-				Iterations []map[string]any `json:"iterations"`
-			} `json:"usage"`
-		}
+		var msg anthropicAnswer
 		if err := json.Unmarshal(b, &msg); err != nil || len(msg.Content) != 1 || msg.Content[0]["type"] != "compaction" ||
 			msg.StopReason != "compaction" || len(msg.Usage.Iterations) != 1 || msg.Usage.Iterations[0]["type"] != "compaction" {
 			t.Fatalf("answer %s", b)
@@ -192,13 +186,7 @@ func TestAnthropicCompactionLocal(t *testing.T) {
 	e.fake.Reset()
 	cont := strings.Replace(over, `,"pause_after_compaction":true`, ``, 1)
 	resp, b = postJSON(t, e.px.URL+"/v1/messages", cont, "anthropic-beta", "compact-2026-01-12")
-	var msg struct {
-		Content    []map[string]any `json:"content"`
-		StopReason string           `json:"stop_reason"`
-		Usage      struct {
-			Iterations []map[string]any `json:"iterations"`
-		} `json:"usage"`
-	}
+	var msg anthropicAnswer
 	if err := json.Unmarshal(b, &msg); err != nil || resp.StatusCode != 200 || len(msg.Content) < 2 || msg.Content[0]["type"] != "compaction" ||
 		msg.StopReason == "compaction" || len(msg.Usage.Iterations) != 2 || msg.Usage.Iterations[1]["type"] != "message" {
 		t.Fatalf("%d %s", resp.StatusCode, b[max(0, len(b)-600):])
@@ -238,4 +226,13 @@ func appliedEdits(t *testing.T, b []byte) []map[string]any {
 		t.Fatalf("answer %s", b)
 	}
 	return msg.ContextManagement.AppliedEdits
+}
+
+// anthropicAnswer is what the tests read of an Anthropic message object.
+type anthropicAnswer struct {
+	Content    []map[string]any `json:"content"`
+	StopReason string           `json:"stop_reason"`
+	Usage      struct {
+		Iterations []map[string]any `json:"iterations"`
+	} `json:"usage"`
 }
