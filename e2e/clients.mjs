@@ -11,6 +11,7 @@ import path from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
+import Anthropic from '@anthropic-ai/sdk';
 import { generateText, streamText, tool, stepCountIs, jsonSchema } from 'ai';
 import { createOpenAI } from '@ai-sdk/openai';
 import { createAnthropic } from '@ai-sdk/anthropic';
@@ -233,10 +234,9 @@ export function claudeCode(model) {
 
 // --- Codex CLI (codex exec, a custom Responses provider) ---
 
-export async function codexExec({ proxy, trap, work, dir }) {
-  const steps = 24; // ~100K tokens of tool output through a 40K window
-  const files = path.join(work, 'files');
-  writeSteps(files, steps, 4000, 'codex');
+// codexSetup writes Codex's home (its provider: ctxmgr serve, named providerName; extra
+// top-level settings) and returns its environment.
+function codexSetup({ proxy, trap, dir }, { providerName = 'ctxmgr', extra = '' } = {}) {
   const home = path.join(dir, 'home');
   const codexHome = path.join(dir, 'codex-home');
   fs.mkdirSync(home, { recursive: true });
@@ -244,7 +244,7 @@ export async function codexExec({ proxy, trap, work, dir }) {
   fs.writeFileSync(path.join(codexHome, 'config.toml'), `# ctxmgr e2e: Codex through ctxmgr serve, nothing else.
 model = "gpt-5.1-codex"
 model_provider = "ctxmgr"
-check_for_update_on_startup = false
+${extra}check_for_update_on_startup = false
 web_search = "disabled"
 
 # No plugin catalogue, apps or memories: each would fetch from github.com or chatgpt.com.
@@ -265,7 +265,7 @@ enabled = false
 exporter = "none"
 
 [model_providers.ctxmgr]
-name = "ctxmgr"
+name = "${providerName}"
 base_url = "${proxy.url}/v1"
 wire_api = "responses"
 env_key = "CTXMGR_E2E_OPENAI_KEY"
@@ -275,6 +275,11 @@ supports_websockets = false
 `);
   const env = { PATH: process.env.PATH, HOME: home, CODEX_HOME: codexHome, CTXMGR_E2E_OPENAI_KEY: 'sk-e2e-codex', TMPDIR: path.join(dir, 'tmp'), ...trap.env };
   fs.mkdirSync(env.TMPDIR, { recursive: true });
+  return env;
+}
+
+// codexRun runs `codex exec` on the agent script and checks its final answer.
+async function codexRun({ env, work, dir }, steps, files) {
   const last = path.join(dir, 'codex-last-message.txt');
   // The workspace-write sandbox (Codex's bundled bubblewrap) lets its shell commands read the
   // work directory; approvals are off in exec mode. CODEX_SANDBOX=danger-full-access where user
@@ -286,9 +291,19 @@ supports_websockets = false
   const r = await runProcess(path.join(NODE_BIN, 'codex'), args, { cwd: work, env, timeoutMs: 120000, logFile: path.join(dir, 'client1.log') });
   if (r.code !== 0) {
     fails.push(`codex exited with ${r.code ?? r.signal}${r.timedOut ? ' (timed out)' : ''}: ${codexErrors(r)}`);
-    return { fails, notes: [] };
+    return { fails, ok: false, last, sandbox };
   }
   expectDone(fails, 'codex exec', fs.existsSync(last) ? fs.readFileSync(last, 'utf8') : r.stdout, steps);
+  return { fails, ok: true, last, sandbox };
+}
+
+export async function codexExec({ proxy, trap, work, dir }) {
+  const steps = 24; // ~100K tokens of tool output through a 40K window
+  const files = path.join(work, 'files');
+  writeSteps(files, steps, 4000, 'codex');
+  const env = codexSetup({ proxy, trap, dir });
+  const { fails, ok, last, sandbox } = await codexRun({ env, work, dir }, steps, files);
+  if (!ok) return { fails, notes: [] };
   // The same conversation again (codex exec resume --last): the fake asks for the proxy's
   // ctxmgr_read on a reference left in the compacted history; the proxy answers it in
   // Responses form and Codex sees only the final text.
@@ -306,6 +321,95 @@ supports_websockets = false
   return { fails, notes: ['2 runs (exec, then exec resume --last with a ctxmgr_read)'] };
 }
 
+// codexRemoteCompaction: Codex with a provider named "OpenAI" and a low auto-compact limit
+// compacts remotely during its exec run (a /v1/responses request ending in a
+// compaction_trigger item, or POST /v1/responses/compact), which requires exactly one
+// compaction output item; the proxy answers it, and expands the item Codex sends back.
+export async function codexRemoteCompaction({ proxy, trap, work, dir }) {
+  const steps = 12;
+  const files = path.join(work, 'files');
+  writeSteps(files, steps, 4000, 'codex');
+  const env = codexSetup({ proxy, trap, dir }, { providerName: 'OpenAI', extra: 'model_auto_compact_token_limit = 12000\n' });
+  const { fails, ok } = await codexRun({ env, work, dir }, steps, files);
+  if (!ok) return { fails, notes: [] };
+  const m = await proxy.metrics();
+  const local = m.series['ctxmgr_provider_context_total{decision="local",feature="responses_compaction",format="responses"}'] ?? 0;
+  if (local < 1) fails.push('Codex never compacted remotely through the proxy (ctxmgr_provider_context_total local is 0)');
+  return { fails, notes: [`${local} requests with Responses compaction answered by the proxy`] };
+}
+
 function codexErrors(r) {
   return (r.stderr.split('\n').filter((l) => /error/i.test(l)).slice(-3).join(' | ') || (r.stdout + r.stderr).slice(-300)).trim();
+}
+
+// --- @anthropic-ai/sdk beta messages with the providers' own context management ---
+
+// anthropicBetaLoop runs an agent script of steps files (tagged tag) with client.beta.messages
+// (every other request streamed), params added to each request, until the final answer. onMessage sees each answer;
+// an answer that stops for a compaction is kept in the history and the loop goes on.
+async function anthropicBetaLoop({ proxy, work }, tag, steps, params, onMessage) {
+  const files = path.join(work, 'files');
+  writeSteps(files, steps, 3000, tag);
+  const client = anthropicClient(proxy);
+  const prompt = `Run the build steps and report. ${marker(steps, files)}`;
+  const tools = Object.keys(TOOL_DESC).map((name) => ({ name, description: TOOL_DESC[name], input_schema: TOOL_SCHEMA[name] }));
+  const messages = [{ role: 'user', content: prompt }];
+  for (let i = 0; i < steps * 3 + 6; i++) {
+    const req = { model: 'claude-sonnet-4-6', max_tokens: 2048, messages, tools, ...params };
+    const msg = i % 2 === 0 ? await client.beta.messages.create(req) : await client.beta.messages.stream(req).finalMessage();
+    onMessage(msg);
+    messages.push({ role: 'assistant', content: msg.content });
+    if (msg.stop_reason === 'compaction') continue;
+    const uses = msg.content.filter((b) => b.type === 'tool_use');
+    if (msg.stop_reason !== 'tool_use' || uses.length === 0) return msg.content.filter((b) => b.type === 'text').map((b) => b.text).join('');
+    messages.push({ role: 'user', content: uses.map((u) => ({ type: 'tool_result', tool_use_id: u.id, content: runTool(u.name, u.input, work) })) });
+  }
+  throw new Error('the tool loop did not end');
+}
+
+function anthropicClient(proxy) {
+  return new Anthropic({ baseURL: proxy.url, apiKey: 'sk-ant-e2e', maxRetries: 0, timeout: 60000 });
+}
+
+// anthropicClearToolUses: clear_tool_uses_20250919 (beta context-management-2025-06-27)
+// through the proxy in front of an upstream without it: the proxy clears old tool results
+// and says so in context_management.applied_edits.
+export async function anthropicClearToolUses(ctx) {
+  const steps = 10;
+  const fails = [];
+  let applied = 0;
+  const text = await anthropicBetaLoop(ctx, 'edit', steps, {
+    betas: ['context-management-2025-06-27'],
+    context_management: { edits: [{ type: 'clear_tool_uses_20250919', trigger: { type: 'input_tokens', value: 8000 }, keep: { type: 'tool_uses', value: 2 } }] },
+  }, (msg) => {
+    for (const e of msg.context_management?.applied_edits ?? []) if (e.type === 'clear_tool_uses_20250919' && e.cleared_tool_uses > 0) applied++;
+  });
+  expectDone(fails, 'beta.messages with clear_tool_uses', text, steps);
+  if (applied < 1) fails.push('no answer reported a clear_tool_uses edit applied');
+  return { fails, notes: [`${applied} answers with tool uses cleared`] };
+}
+
+// anthropicCompact: compact_20260112 (beta compact-2026-01-12) through the proxy in front of
+// an upstream without it: once the client's input passes the trigger, the proxy's answer
+// starts with a compaction block, the model's answer after it; the client sends the block back
+// with the rest of its history.
+export async function anthropicCompact(ctx) {
+  const steps = 24;
+  const fails = [];
+  let compactions = 0;
+  const text = await anthropicBetaLoop(ctx, 'compact', steps, {
+    betas: ['compact-2026-01-12'],
+    context_management: { edits: [{ type: 'compact_20260112', trigger: { type: 'input_tokens', value: 50000 } }] },
+  }, (msg) => {
+    const block = msg.content.find((b) => b.type === 'compaction');
+    if (!block) return;
+    compactions++;
+    // Without pause_after_compaction the model's answer follows the block, in the same message.
+    if (msg.content[0] !== block || msg.content.length < 2 || msg.stop_reason === 'compaction' || !block.content || !block.encrypted_content) fails.push(`a compaction answer is malformed: ${JSON.stringify(msg).slice(0, 300)}`);
+    const iters = (msg.usage?.iterations ?? []).map((it) => it.type).join(',');
+    if (iters !== 'compaction,message') fails.push(`a compaction answer's usage.iterations is ${iters}, want compaction,message`);
+  });
+  expectDone(fails, 'beta.messages with compact_20260112', text, steps);
+  if (compactions < 1) fails.push('the proxy never answered with a compaction');
+  return { fails, notes: [`${compactions} compactions answered by the proxy`] };
 }

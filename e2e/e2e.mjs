@@ -37,6 +37,18 @@ const cases = [
   { name: 'claude-code (default model)', window: 40000, sessions: 1, thinking: true, run: clients.claudeCode(null), paths: ['/v1/messages'] },
   { name: 'claude-code (--model claude-sonnet-4-5)', window: 40000, sessions: 1, thinking: true, run: clients.claudeCode('claude-sonnet-4-5'), paths: ['/v1/messages'] },
   { name: 'codex exec (Responses provider)', window: 40000, sessions: 1, run: clients.codexExec, paths: ['/v1/responses'] },
+  // Claude Code sends context_management and its betas; in front of an upstream that refuses
+  // them (Vertex, Bedrock, relays) the proxy answers them.
+  { name: 'claude-code (non-native upstream)', window: 40000, sessions: 1, thinking: true, providerContext: 'non-native', run: clients.claudeCode(null), paths: ['/v1/messages'] },
+  // Codex with a provider named "OpenAI" compacts remotely (compaction_trigger); the upstream
+  // has no such feature (the fake refuses it as such upstreams do): the proxy answers it. With
+  // a compaction every other request, most bodies start the conversation over in the decode
+  // cache.
+  { name: 'codex exec (provider "OpenAI": remote compaction, non-native upstream)', window: 40000, providerContext: 'non-native', decodeCache: false, run: clients.codexRemoteCompaction, paths: ['/v1/responses', '/v1/responses/compact'] },
+  // @anthropic-ai/sdk beta messages with Anthropic context editing and compaction, through the
+  // proxy in front of an upstream that refuses both (as Vertex, Bedrock and relays do).
+  { name: '@anthropic-ai/sdk beta clear_tool_uses (non-native upstream)', window: 16000, providerContext: 'non-native', run: clients.anthropicClearToolUses, paths: ['/v1/messages'] },
+  { name: '@anthropic-ai/sdk beta compact_20260112 (non-native upstream)', window: 16000, providerContext: 'non-native', run: clients.anthropicCompact, paths: ['/v1/messages'] },
   { name: 'ai-sdk openai.chat', window: 16000, sessions: 1, run: clients.aiSdkOpenAIChat, paths: ['/v1/chat/completions'] },
   { name: 'ai-sdk openai.responses (openai(model))', window: 16000, sessions: 1, run: clients.aiSdkOpenAIResponses, paths: ['/v1/responses'] },
   { name: 'ai-sdk anthropic (default max_tokens, thinking)', window: 16000, sessions: 1, thinking: true, run: clients.aiSdkAnthropic, paths: ['/v1/messages'] },
@@ -75,7 +87,7 @@ async function runCase(c) {
   let proxy;
   let trap;
   try {
-    fake = await startFake(dir, c.window, { thinking: c.thinking });
+    fake = await startFake(dir, c.window, { thinking: c.thinking, providerContext: c.providerContext });
     proxy = await startProxy(dir, fake.url, c.window);
     trap = await startTrap();
     const outboundBefore = outbound.length;
@@ -91,7 +103,7 @@ async function runCase(c) {
     if (!fake.records().some((r) => c.paths.includes(r.path))) up.fails.push(`no request reached the upstream on ${c.paths.join(', ')}`);
     fails.push(...up.fails);
     notes.push(up.summary);
-    const m = checkManaged(await proxy.metrics());
+    const m = checkManaged(await proxy.metrics(), { decodeCache: c.decodeCache ?? true });
     fails.push(...m.fails);
     notes.push(m.summary);
     const mine = outbound.slice(outboundBefore);

@@ -25,6 +25,9 @@ const replyPrefix = "[ctxmgr]"
 type command struct {
 	name string // compact, context, clear
 	arg  string
+	// native: a compaction the client asked for in the providers' own terms (native.go),
+	// answered in them.
+	native bool
 }
 
 func parseCommand(m *chat.Message) (command, bool) {
@@ -229,63 +232,37 @@ func randomID(prefix string) string {
 
 // writeLocal answers a request with text, in the client's format, streaming or not.
 func writeLocal(w http.ResponseWriter, f Format, model string, stream, includeUsage bool, text string) {
-	h := w.Header()
-	h.Set("X-Ctxmgr-Local", "1")
-	if f == FormatResponses {
+	w.Header().Set("X-Ctxmgr-Local", "1")
+	switch f {
+	case FormatResponses:
 		writeResponsesLocal(w, model, stream, text)
 		return
-	}
-	if !stream {
-		h.Set("Content-Type", "application/json")
-		var v any
-		if f == FormatAnthropic {
-			v = map[string]any{"id": randomID("msg_ctxmgr_"), "type": "message", "role": "assistant", "model": model,
-				"content": []any{map[string]any{"type": "text", "text": text}}, "stop_reason": "end_turn", "stop_sequence": nil,
-				"usage": map[string]any{"input_tokens": 0, "output_tokens": 0}}
-		} else {
-			v = map[string]any{"id": randomID("chatcmpl-ctxmgr-"), "object": "chat.completion", "created": time.Now().Unix(), "model": model,
-				"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": text, "refusal": nil},
-					"logprobs": nil, "finish_reason": "stop"}},
-				"usage": map[string]any{"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
-		}
-		_ = json.NewEncoder(w).Encode(v)
+	case FormatAnthropic:
+		writeAnthropicMessage(w, model, stream, []map[string]any{{"type": "text", "text": text}}, "end_turn", nil, nil)
 		return
 	}
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	send := func(event string, v any) {
-		b, _ := json.Marshal(v)
-		_, _ = w.Write(sse.Format(event, b))
+	id, created := randomID("chatcmpl-ctxmgr-"), time.Now().Unix()
+	completion := map[string]any{"id": id, "object": "chat.completion", "created": created, "model": model,
+		"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": text, "refusal": nil},
+			"logprobs": nil, "finish_reason": "stop"}},
+		"usage": map[string]any{"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
+	if !startAnswer(w, stream, completion) {
+		return
 	}
-	if f == FormatAnthropic {
-		send("message_start", map[string]any{"type": "message_start", "message": map[string]any{"id": randomID("msg_ctxmgr_"), "type": "message",
-			"role": "assistant", "model": model, "content": []any{}, "stop_reason": nil, "stop_sequence": nil,
-			"usage": map[string]any{"input_tokens": 0, "output_tokens": 0}}})
-		send("content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "text", "text": ""}})
-		send("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]any{"type": "text_delta", "text": text}})
-		send("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
-		send("message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": "end_turn", "stop_sequence": nil},
-			"usage": map[string]any{"output_tokens": 0}})
-		send("message_stop", map[string]any{"type": "message_stop"})
-	} else {
-		id, created := randomID("chatcmpl-ctxmgr-"), time.Now().Unix()
-		chunk := func(delta map[string]any, finish any) map[string]any {
-			return map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
-				"choices": []any{map[string]any{"index": 0, "delta": delta, "logprobs": nil, "finish_reason": finish}}}
-		}
-		send("", chunk(map[string]any{"role": "assistant", "content": ""}, nil))
-		send("", chunk(map[string]any{"content": text}, nil))
-		send("", chunk(map[string]any{}, "stop"))
-		if includeUsage {
-			send("", map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": model, "choices": []any{},
-				"usage": map[string]any{"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}})
-		}
-		_, _ = w.Write([]byte("data: [DONE]\n\n"))
+	send := func(v any) { _, _ = w.Write(sse.Format("", mustMarshal(v))) }
+	chunk := func(delta map[string]any, finish any) map[string]any {
+		return map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+			"choices": []any{map[string]any{"index": 0, "delta": delta, "logprobs": nil, "finish_reason": finish}}}
 	}
-	if fl, ok := w.(http.Flusher); ok {
-		fl.Flush()
+	send(chunk(map[string]any{"role": "assistant", "content": ""}, nil))
+	send(chunk(map[string]any{"content": text}, nil))
+	send(chunk(map[string]any{}, "stop"))
+	if includeUsage {
+		send(map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": model, "choices": []any{},
+			"usage": map[string]any{"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}})
 	}
+	_, _ = w.Write([]byte("data: [DONE]\n\n"))
+	flush(w)
 }
 
 // writeError answers an error of the proxy's own in the client's format.
@@ -300,4 +277,70 @@ func writeError(w http.ResponseWriter, f Format, status int, typ, msg string) {
 		v = map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": nil}}
 	}
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// writeAnthropicMessage answers with a message of the proxy's own holding blocks (text or
+// compaction), as a message object or its event stream; usage fields are added to the zero
+// usage, and contextManagement, if not nil, is the message's context_management.
+func writeAnthropicMessage(w http.ResponseWriter, model string, stream bool, blocks []map[string]any, stop string, usage map[string]any, contextManagement any) {
+	u := map[string]any{"input_tokens": 0, "output_tokens": 0}
+	for k, v := range usage {
+		u[k] = v
+	}
+	msg := map[string]any{"id": randomID("msg_ctxmgr_"), "type": "message", "role": "assistant", "model": model,
+		"content": blocks, "stop_reason": stop, "stop_sequence": nil, "usage": u}
+	if contextManagement != nil {
+		msg["context_management"] = contextManagement
+	}
+	if !startAnswer(w, stream, msg) {
+		return
+	}
+	send := func(event string, v map[string]any) { sendEvent(w, nil, event, v) }
+	start := map[string]any{}
+	for k, v := range msg {
+		start[k] = v
+	}
+	start["content"], start["stop_reason"], start["usage"] = []any{}, nil, map[string]any{"input_tokens": 0, "output_tokens": 0}
+	delete(start, "context_management")
+	send("message_start", map[string]any{"message": start})
+	for i, b := range blocks {
+		var first, delta map[string]any
+		switch b["type"] {
+		case "compaction":
+			first = map[string]any{"type": "compaction", "content": nil, "encrypted_content": nil}
+			delta = map[string]any{"type": "compaction_delta", "content": b["content"], "encrypted_content": b["encrypted_content"]}
+		default:
+			first = map[string]any{"type": "text", "text": ""}
+			delta = map[string]any{"type": "text_delta", "text": b["text"]}
+		}
+		send("content_block_start", map[string]any{"index": i, "content_block": first})
+		send("content_block_delta", map[string]any{"index": i, "delta": delta})
+		send("content_block_stop", map[string]any{"index": i})
+	}
+	du := map[string]any{"output_tokens": 0}
+	for k, v := range usage {
+		du[k] = v
+	}
+	md := map[string]any{"delta": map[string]any{"stop_reason": stop, "stop_sequence": nil}, "usage": du}
+	if contextManagement != nil {
+		md["context_management"] = contextManagement
+	}
+	send("message_delta", md)
+	send("message_stop", map[string]any{})
+	flush(w)
+}
+
+// startAnswer begins an answer of the proxy's own: v as a JSON object when it is not streamed
+// (it returns false: the answer is complete), else the event stream's headers (true: the
+// caller writes the events).
+func startAnswer(w http.ResponseWriter, stream bool, v any) bool {
+	if !stream {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(v)
+		return false
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	return true
 }

@@ -131,6 +131,10 @@ type Config struct {
 	DisableReadTool bool
 	// MaxReads bounds the ctxmgr_read round trips answered for one client request. Default 3.
 	MaxReads int
+	// ProviderContext chooses, per upstream, who answers the providers' own context
+	// management (native.go): keys are upstream base URLs as configured, their hosts, or "*"
+	// for every upstream; absent upstreams are ProviderContextAuto.
+	ProviderContext map[string]ProviderContextMode
 
 	// knownWindows is set when Window was left zero: then the built-in table of common models
 	// applies before the 200000 default. An explicit Window applies to every model that no
@@ -210,6 +214,11 @@ func (c Config) validate() error {
 	for _, m := range c.Models {
 		if m.Window <= 0 || m.MaxOutput < 0 {
 			return fmt.Errorf("proxy: model limits %q: window %d, max_output %d", m.Prefix, m.Window, m.MaxOutput)
+		}
+	}
+	for k, m := range c.ProviderContext {
+		if _, err := ParseProviderContextMode(string(m)); err != nil {
+			return fmt.Errorf("proxy: provider context of %q: %w", k, err)
 		}
 	}
 	if c.MaxBodyBytes < 0 || c.MaxSessions < 0 || c.MaxReads < 0 {
@@ -330,6 +339,8 @@ type FileConfig struct {
 	DisableReadTool   bool          `json:"disable_read_tool,omitempty"`
 	Routes            []Route       `json:"routes,omitempty"`
 	Models            []ModelLimits `json:"models,omitempty"`
+	// ProviderContext is Config.ProviderContext: {"*": "local", "https://relay.example": "passthrough"}.
+	ProviderContext map[string]ProviderContextMode `json:"provider_context,omitempty"`
 	// Summarizer configures an LLM summarizer (`ctxmgr serve --summarizer-*`); absent: the
 	// extractive one.
 	Summarizer *SummarizerConfig `json:"summarizer,omitempty"`

@@ -141,6 +141,16 @@
 // SSE events), without calling the upstream model. Command messages and the proxy's answers
 // (they start with "[ctxmgr]") are never appended to the history.
 //
+// # The providers' own context management
+//
+// Responses compaction (compaction_trigger, POST /v1/responses/compact, context_management
+// compaction thresholds) and Anthropic context editing and compaction (context_management
+// edits, top-level compaction, their betas) are passed through to the official endpoints and
+// answered by the proxy for every other upstream, with its own summaries, archive and
+// ctxmgr_read; an upstream that refuses them is learned as lacking them; Config.ProviderContext
+// overrides per upstream (native.go, native_responses.go, native_anthropic.go, and
+// docs/provider-context-management.md).
+//
 // # Operating it
 //
 // Request bodies are limited (Config.MaxBodyBytes, 413 beyond); UpstreamTimeout bounds the wait
@@ -155,7 +165,9 @@
 // ctxmgr_max_tokens_lowered_total, ctxmgr_usage_ratio, ctxmgr_overhead_seconds and
 // ctxmgr_decodes_total{result} (bodies decoded whole or continuing a cached one),
 // ctxmgr_cut_through_total{result} (bodies streamed upstream while read, predicted to go as
-// sent: committed, aborted, failed and sent again; see Config.CutThroughBytes). Every
+// sent: committed, aborted, failed and sent again; see Config.CutThroughBytes),
+// ctxmgr_provider_context_total{format,feature,decision} (the providers' own context
+// management: passthrough, local, learned). Every
 // request, pass-through ones included, is logged once with its path, status, model, session
 // and whether it was managed (managed=false with its reason).
 //

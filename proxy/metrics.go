@@ -36,6 +36,8 @@ type metrics struct {
 	usageRatio    *prometheus.HistogramVec
 	overhead      *prometheus.HistogramVec
 	cutThrough    *prometheus.CounterVec // result: committed, aborted, failed
+	// providerContext: format, feature, decision (native.go)
+	providerContext *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, decodes *decodeCache) (*metrics, error) {
@@ -85,8 +87,10 @@ func newMetrics(reg prometheus.Registerer, decodes *decodeCache) (*metrics, erro
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14)}, []string{"format"}),
 		cutThrough: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ctxmgr_cut_through_total",
 			Help: "Upstream requests started while the client's body was read (predicted to be forwarded as is), by result: committed (it was), aborted (another request was sent, or the client went away) or failed (the upstream connection was lost before the body's last byte, and the body sent again)."}, []string{"result"}),
+		providerContext: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ctxmgr_provider_context_total",
+			Help: "Requests carrying the providers' own context management (compaction, context editing), by API format, feature and decision: passthrough (forwarded to an upstream that implements it), local (answered by the proxy) or learned (the upstream refused it; answered by the proxy and retried)."}, []string{"format", "feature", "decision"}),
 	}
-	for _, c := range []prometheus.Collector{m.cutThrough, m.requests, m.upstream, m.tokensBefore, m.tokensAfter, m.compactions, m.recoveries,
+	for _, c := range []prometheus.Collector{m.providerContext, m.cutThrough, m.requests, m.upstream, m.tokensBefore, m.tokensAfter, m.compactions, m.recoveries,
 		m.fallbacks, m.prefixChanged, m.prefixKept, m.verbatim, m.commands, m.reads, m.branches, m.reloads, m.unmanaged, m.lowered, m.busy, m.notStored, m.usageRatio, m.overhead} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -113,6 +117,11 @@ func newMetrics(reg prometheus.Registerer, decodes *decodeCache) (*metrics, erro
 	}
 	for _, l := range []string{"compact", "context", "clear"} {
 		m.commands.WithLabelValues(l)
+	}
+	for _, ff := range nativeFeatures {
+		for _, d := range []string{decisionPassthrough, decisionLocal, decisionLearned} {
+			m.providerContext.WithLabelValues(ff[0], ff[1], d)
+		}
 	}
 	for _, l := range unmanagedReasons {
 		m.unmanaged.WithLabelValues(l)

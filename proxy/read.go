@@ -46,7 +46,11 @@ var (
 
 // answerRead answers one ctxmgr_read call of session id from the Store, within maxTokens
 // tokens by counter.
-func (s *Server) answerRead(ctx context.Context, id string, mgr *managed, sess *ctxmgr.Session, rawArgs string, maxTokens int, counter tokens.Counter) (string, bool) {
+//
+// also names other sessions whose archives the request may read: those of the summaries the
+// request's compaction tokens stand for (native_token.go); a range the session has not
+// archived is read from them.
+func (s *Server) answerRead(ctx context.Context, id string, also []string, mgr *managed, sess *ctxmgr.Session, rawArgs string, maxTokens int, counter tokens.Counter) (string, bool) {
 	s.metrics.reads.Inc()
 	var a readArgs
 	if err := json.Unmarshal([]byte(rawArgs), &a); err != nil || strings.TrimSpace(a.Ref) == "" {
@@ -73,6 +77,10 @@ func (s *Server) answerRead(ctx context.Context, id string, mgr *managed, sess *
 			break
 		}
 	}
+	if fetch == nil && strings.HasPrefix(ref, "cleared-") {
+		// A tool result cleared by context editing (native_anthropic.go).
+		fetch = func(from, n int) (string, int, error) { return st0.ReadOffload(ctx, id, ref, from, n) }
+	}
 	if fetch == nil {
 		var ranges [][2]int
 		if m := messagesRef.FindStringSubmatch(ref); m != nil {
@@ -92,6 +100,12 @@ func (s *Server) answerRead(ctx context.Context, id string, mgr *managed, sess *
 			var b strings.Builder
 			for _, r := range ranges {
 				msgs, err := st0.ReadArchive(ctx, id, r[0], r[1])
+				for _, other := range also {
+					if err != nil || len(msgs) > 0 {
+						break
+					}
+					msgs, err = st0.ReadArchive(ctx, other, r[0], r[1])
+				}
 				if err != nil {
 					return "ctxmgr_read: " + err.Error(), true
 				}

@@ -98,7 +98,7 @@ func TestReadResultFitsItsRoom(t *testing.T) {
 	ref := string(offs[0].Location)
 	for _, room := range []int{128, 160, 200, 400, 1000} { // followUp asks for at least 128
 		args := fmt.Sprintf(`{"ref": %q, "from_line": 1, "lines": 200}`, ref)
-		text, isErr := e.srv.answerRead(ctx, ps.id, ps.mgr, ps.sess, args, room, counter)
+		text, isErr := e.srv.answerRead(ctx, ps.id, nil, ps.mgr, ps.sess, args, room, counter)
 		if isErr || !strings.HasPrefix(text, "[ctxmgr_read ") {
 			t.Fatalf("room %d: %q (error %v)", room, text, isErr)
 		}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
 	"time"
 
@@ -163,11 +164,7 @@ func textItemEvents(b *bytes.Buffer, seq *int, idx int, item json.RawMessage, te
 		ID string `json:"id"`
 	}
 	_ = json.Unmarshal(item, &it)
-	send := func(typ string, v map[string]any) {
-		v["type"], v["sequence_number"] = typ, *seq
-		*seq++
-		b.Write(sse.Format(typ, mustMarshal(v)))
-	}
+	send := func(typ string, v map[string]any) { sendEvent(b, seq, typ, v) }
 	part := map[string]any{"type": "output_text", "text": "", "annotations": []any{}, "logprobs": []any{}}
 	send("response.output_item.added", map[string]any{"output_index": idx, "item": map[string]any{"type": "message", "id": it.ID,
 		"status": "in_progress", "role": "assistant", "content": []any{}}})
@@ -183,25 +180,44 @@ func textItemEvents(b *bytes.Buffer, seq *int, idx int, item json.RawMessage, te
 // stream.
 func writeResponsesLocal(w http.ResponseWriter, model string, stream bool, text string) {
 	item := noteItem(text)
-	resp := responseObject(randomID("resp_ctxmgr_"), model, []json.RawMessage{item})
-	if !stream {
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(resp)
+	writeResponsesItems(w, model, stream, []json.RawMessage{item}, map[int]string{0: text})
+}
+
+// writeResponsesItems answers a request with output items of the proxy's own, as a response
+// object or as its event stream; texts holds the text of the message items by index (their
+// text events), other items are streamed whole (added, then done).
+func writeResponsesItems(w http.ResponseWriter, model string, stream bool, items []json.RawMessage, texts map[int]string) {
+	resp := responseObject(randomID("resp_ctxmgr_"), model, items)
+	if !startAnswer(w, stream, resp) {
 		return
 	}
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
 	var b bytes.Buffer
 	seq := 0
+	send := func(typ string, v map[string]any) { sendEvent(&b, &seq, typ, v) }
 	start := responseObject(resp["id"].(string), model, nil)
 	start["status"], start["usage"] = "in_progress", nil
-	b.Write(sse.Format("response.created", mustMarshal(map[string]any{"type": "response.created", "sequence_number": seq, "response": start})))
-	seq++
-	b.Write(sse.Format("response.in_progress", mustMarshal(map[string]any{"type": "response.in_progress", "sequence_number": seq, "response": start})))
-	seq++
-	textItemEvents(&b, &seq, 0, item, text)
-	b.Write(sse.Format("response.completed", mustMarshal(map[string]any{"type": "response.completed", "sequence_number": seq, "response": resp})))
+	send("response.created", map[string]any{"response": start})
+	send("response.in_progress", map[string]any{"response": start})
+	for i, item := range items {
+		if text, ok := texts[i]; ok {
+			textItemEvents(&b, &seq, i, item, text)
+			continue
+		}
+		send("response.output_item.added", map[string]any{"output_index": i, "item": item})
+		send("response.output_item.done", map[string]any{"output_index": i, "item": item})
+	}
+	send("response.completed", map[string]any{"response": resp})
 	_, _ = w.Write(b.Bytes())
 	flush(w)
+}
+
+// sendEvent writes one event of the proxy's own: v with its type, and its sequence_number
+// when seq is not nil (the Responses API numbers its events).
+func sendEvent(w io.Writer, seq *int, typ string, v map[string]any) {
+	v["type"] = typ
+	if seq != nil {
+		v["sequence_number"] = *seq
+		*seq++
+	}
+	_, _ = w.Write(sse.Format(typ, mustMarshal(v)))
 }

@@ -53,6 +53,10 @@ type Server struct {
 	// bodies keeps the buffers bodies are read and encoded into (bodies.go).
 	bodies   bufferPool
 	flushers *flushers
+	// native is what the proxy learned of its upstreams' own context management (native.go);
+	// seal authenticates the compaction tokens it issues (native_token.go).
+	native nativeState
+	seal   sealer
 
 	closed atomic.Bool
 }
@@ -100,6 +104,7 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { s.handleChat(w, r, FormatAnthropic) })
 	mux.HandleFunc("POST /v1/messages/count_tokens", s.handleCountTokens(FormatAnthropic))
 	mux.HandleFunc("POST /v1/responses", func(w http.ResponseWriter, r *http.Request) { s.handleChat(w, r, FormatResponses) })
+	mux.HandleFunc("POST /v1/responses/compact", func(w http.ResponseWriter, r *http.Request) { s.handleChat(w, r, FormatResponses) })
 	mux.HandleFunc("POST /v1/responses/input_tokens", s.handleCountTokens(FormatResponses))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -318,6 +323,13 @@ type exchange struct {
 	model   string
 	stream  bool
 	managed bool
+	// nat is the providers' context management the proxy answers for this request (native.go).
+	nat *nativeAction
+	// base is the upstream's base URL; before the client's input tokens (managed only).
+	base   string
+	before int
+	// restart is the body the request is served anew with (errRestart).
+	restart []byte
 
 	ps       *psession
 	id       string
@@ -458,7 +470,33 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 		return
 	}
 	x.body = body // counted: its buffer is reused once no one reads it (bodies.go)
-	dec, di, derr := s.decodes.decode(format, body, x.bodyOf(body), x.exp)
+	if body, err = x.nativeRewrite(body); err != nil {
+		var ie *nativeInputError
+		if errors.As(err, &ie) {
+			writeError(sw, format, http.StatusBadRequest, "invalid_request_error", err.Error())
+		} else {
+			writeError(sw, format, http.StatusInternalServerError, "api_error", "ctxmgr: "+RedactText(err.Error()))
+		}
+		return
+	}
+	for {
+		next := s.serveBody(x, body, start, &attrs)
+		if next == nil {
+			return
+		}
+		// Served anew: a new exchange for the same client request, its bodies and what the
+		// proxy answers itself kept.
+		*x = exchange{s: s, w: sw, r: r, format: format, log: s.log, nat: x.nat, bodies: x.bodies, body: next}
+		body = next
+	}
+}
+
+// serveBody serves the client's body (rewritten by nativeRewrite): decoded, managed and
+// forwarded, or answered. It returns the body to serve again when the request is to be
+// served anew (errRestart), else nil.
+func (s *Server) serveBody(x *exchange, body []byte, start time.Time, attrs *[]slog.Attr) []byte {
+	var err error
+	dec, di, derr := s.decodes.decode(x.format, body, x.bodyOf(body), x.exp)
 	x.exp.release()
 	x.exp = nil
 	defer di.done() // after every use of dec's messages: the deferred calls below run first
@@ -470,63 +508,79 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 	} else {
 		x.model, x.stream = peekModel(body)
 	}
-	attrs = append(attrs, slog.String("model", x.model), slog.Bool("stream", x.stream))
-	base := s.cfg.upstream(format, x.model)
+	*attrs = append(*attrs, slog.String("model", x.model), slog.Bool("stream", x.stream))
+	base := s.cfg.upstream(x.format, x.model)
+	x.base = base
 	if base == "" {
-		writeError(sw, format, http.StatusBadGateway, "api_error", fmt.Sprintf("no upstream configured for %s requests", format))
-		return
+		writeError(x.w, x.format, http.StatusBadGateway, "api_error", fmt.Sprintf("no upstream configured for %s requests", x.format))
+		return nil
 	}
-	if x.target, err = targetURL(base, r); err != nil {
-		writeError(sw, format, http.StatusBadGateway, "api_error", RedactText(err.Error()))
-		return
+	if x.target, err = targetURL(base, x.r); err != nil {
+		writeError(x.w, x.format, http.StatusBadGateway, "api_error", RedactText(err.Error()))
+		return nil
 	}
 	if derr != nil {
 		// Not a body the proxy understands: the upstream gives the real error.
 		s.metrics.unmanaged.WithLabelValues(ReasonDecode).Inc()
-		attrs = append(attrs, slog.Bool("managed", false), slog.String("reason", ReasonDecode), slog.String("unmanaged", derr.Error()))
-		x.forward(r.Context(), body)
-		return
+		*attrs = append(*attrs, slog.Bool("managed", false), slog.String("reason", ReasonDecode), slog.String("unmanaged", derr.Error()))
+		x.forward(x.r.Context(), body)
+		return nil
 	}
-	if reason := providerState(format, dec); reason != "" {
+	if x.nat == nil && strings.HasSuffix(x.r.URL.Path, "/responses/compact") {
+		// The upstream compacts (native.go): its answer replaces the client's history.
+		s.metrics.unmanaged.WithLabelValues(ReasonPath).Inc()
+		*attrs = append(*attrs, slog.Bool("managed", false), slog.String("reason", ReasonPath))
+		x.forward(x.r.Context(), body)
+		return nil
+	}
+	if reason := providerState(x.format, dec); reason != "" {
 		// The history lives on the provider (responses.go): nothing to manage here.
 		s.metrics.unmanaged.WithLabelValues(ReasonProviderState).Inc()
-		attrs = append(attrs, slog.Bool("managed", false), slog.String("reason", ReasonProviderState), slog.String("unmanaged", reason))
-		x.forward(r.Context(), body)
-		return
+		*attrs = append(*attrs, slog.Bool("managed", false), slog.String("reason", ReasonProviderState), slog.String("unmanaged", reason))
+		x.forward(x.r.Context(), body)
+		return nil
 	}
 
 	defer func() { _ = x.awaitFlush() }() // whatever path returns, the write is complete
-	out, info, err := s.manage(r.Context(), x)
-	attrs = append(attrs, info...)
+	out, info, err := s.manage(x.r.Context(), x)
+	*attrs = append(*attrs, info...)
 	if err != nil {
 		if errors.Is(err, errAnswered) {
-			return
+			return nil
+		}
+		if errors.Is(err, errRestart) {
+			return x.restart
 		}
 		if isBusy(err) {
 			// Never forwarded raw: a client retrying gets a managed request.
 			s.metrics.busy.Inc()
-			attrs = append(attrs, slog.String("error", err.Error()))
-			sw.Header().Set("Retry-After", "1")
-			writeError(sw, format, http.StatusServiceUnavailable, "overloaded_error", "ctxmgr: the session is being written by other requests; retry")
-			return
+			*attrs = append(*attrs, slog.String("error", err.Error()))
+			x.w.Header().Set("Retry-After", "1")
+			writeError(x.w, x.format, http.StatusServiceUnavailable, "overloaded_error", "ctxmgr: the session is being written by other requests; retry")
+			return nil
 		}
 		reason := unmanagedReason(err)
 		s.metrics.unmanaged.WithLabelValues(reason).Inc()
-		attrs = append(attrs, slog.Bool("managed", false), slog.String("reason", reason), slog.String("unmanaged", err.Error()))
+		*attrs = append(*attrs, slog.Bool("managed", false), slog.String("reason", reason), slog.String("unmanaged", err.Error()))
 		x.managed = false
-		x.forward(r.Context(), body)
-		return
+		x.forward(x.r.Context(), body)
+		return nil
 	}
-	attrs = append(attrs, slog.Bool("managed", true))
-	s.metrics.overhead.WithLabelValues(string(format)).Observe(time.Since(start).Seconds())
-	x.forward(r.Context(), out)
-	attrs = append(attrs, slog.Duration("upstream", time.Duration(x.upstreamNS)))
+	*attrs = append(*attrs, slog.Bool("managed", true))
+	if an := x.nat.anthropicSide(); an != nil && len(an.edits) > 0 {
+		out = s.applyEdits(x.r.Context(), an, x.id, out, x.mgr.m.Config().Counter, x.mgr.m.Config().OffloadRetention)
+		*attrs = append(*attrs, slog.Int("applied_edits", len(an.applied)))
+	}
+	s.metrics.overhead.WithLabelValues(string(x.format)).Observe(time.Since(start).Seconds())
+	x.forward(x.r.Context(), out)
+	*attrs = append(*attrs, slog.Duration("upstream", time.Duration(x.upstreamNS)))
 	if x.recovered > 0 {
-		attrs = append(attrs, slog.Int("recoveries", x.recovered))
+		*attrs = append(*attrs, slog.Int("recoveries", x.recovered))
 	}
 	if x.reads > 0 {
-		attrs = append(attrs, slog.Int("reads", x.reads))
+		*attrs = append(*attrs, slog.Int("reads", x.reads))
 	}
+	return nil
 }
 
 // readBody reads a request body of at most limit bytes, into buf if it has room. A declared
@@ -655,6 +709,9 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 	x.window, x.maxOut = window, mgr.m.Config().Budget.MaxOutput
 	dec.Tools = stripReadTool(dec.Tools)
 	msgs, cmd := splitCommandsFrom(dec.Messages, x.di.firstCmd)
+	if x.nat != nil && x.nat.compact {
+		cmd = &command{name: "compact", arg: x.nat.instruction, native: true}
+	}
 	if cmd == nil && len(dec.Tools) == 0 && len(msgs) == 1 && msgs[0].Role == chat.RoleUser {
 		return nil, info, &unmanagedError{ReasonSingleMessage, errors.New("one user message and no tools: nothing to manage, not stored")}
 	}
@@ -681,6 +738,31 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 	if branched {
 		info = append(info, slog.Bool("branched", true))
 	}
+	if len(x.nat.readFrom()) > 0 {
+		// A summary the request's compaction token stands for names its archive.
+		if err := s.offerReadTool(ps, dec.System, dec.Tools, true); err != nil {
+			ps.mu.Unlock()
+			return nil, info, err
+		}
+	}
+	if an := x.nat.anthropicSide(); an != nil {
+		// The edits' and compaction's triggers count the input the client sent.
+		an.clientTokens = ps.orig + mgr.m.Config().Counter.Request(&chat.Request{System: dec.System, Tools: dec.Tools}).Total
+		an.clientToolUses = countToolUses(x.body)
+		if an.compact != nil && an.clientTokens >= an.compact.trigger {
+			x.nat.compact, x.nat.instruction = true, an.compact.instructions
+			if !an.compact.pause {
+				// The model's answer follows the compaction, in the same response.
+				err := s.compactThenContinue(ctx, x, ps)
+				return nil, append(info, slog.String("command", "native_compaction")), err
+			}
+			cmd = &command{name: "compact", arg: an.compact.instructions, native: true}
+		}
+	}
+	if cmd != nil && cmd.native {
+		err := s.answerCompaction(ctx, x, ps)
+		return nil, append(info, slog.String("command", "native_compaction")), err
+	}
 	if cmd != nil {
 		text := s.runCommand(ctx, ps, cmd, dec.System, dec.Tools)
 		ps.mu.Unlock()
@@ -698,6 +780,12 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 		return nil, info, errAnswered
 	}
 	p, err := ps.sess.Prepare(ctx)
+	if err == nil && x.nat != nil && x.nat.threshold > 0 && p.Report.InputAfter >= x.nat.threshold {
+		// The client's compaction threshold, reached by what would be forwarded.
+		if _, err = ps.sess.Compact(ctx, ""); err == nil {
+			p, err = ps.sess.Prepare(ctx)
+		}
+	}
 	if err == nil && !ps.readTool && (len(p.Report.Steps) > 0 || p.Report.Evicted > 0) {
 		// Only a step of the pipeline stores content to read back (an ingestion offload is
 		// seen when it is appended, in sync).
@@ -712,6 +800,7 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 	// each count and rounds it up, so a total counted otherwise differs by a few tokens and
 	// an unchanged request would never be seen as one.
 	before := p.Report.Before.System + p.Report.Before.Tools + ps.orig
+	x.before = before
 	ps.mu.Unlock()
 	if err != nil {
 		return nil, info, err
@@ -839,6 +928,9 @@ func (x *exchange) send(ctx context.Context, body []byte) (*http.Response, error
 		req.GetBody = func() (io.ReadCloser, error) { return sb.reader(), nil }
 	}
 	copyRequestHeaders(req.Header, x.r.Header)
+	if an := x.nat.anthropicSide(); an != nil {
+		dropBetas(req.Header, an.dropBetas)
+	}
 	if req.Header.Get("Content-Type") == "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -871,6 +963,7 @@ func (x *exchange) forward(ctx context.Context, body []byte) {
 			e.forwardedTo.Store(nil)
 		}
 	}
+	learned := false
 	for {
 		resp, err := x.send(ctx, body)
 		if ferr := x.awaitFlush(); ferr != nil {
@@ -892,6 +985,17 @@ func (x *exchange) forward(ctx context.Context, body []byte) {
 		if resp.StatusCode < 200 || resp.StatusCode > 299 {
 			errBody, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 			resp.Body.Close()
+			if resp.StatusCode == http.StatusBadRequest && !learned {
+				learned = true
+				next, answered := x.learnNative(ctx, body, errBody)
+				if answered {
+					return
+				}
+				if next != nil {
+					body = next
+					continue
+				}
+			}
 			if x.managed && provider.IsOverflow(resp.StatusCode, errBody) {
 				if next, ok := x.recover(ctx, resp.StatusCode, errBody); ok {
 					body = next
@@ -1029,7 +1133,7 @@ func sharesAll(a, b []chat.Message) bool {
 
 // relayJSON relays a non-streamed answer, answering ctxmgr_read calls first.
 func (x *exchange) relayJSON(ctx context.Context, resp *http.Response) {
-	if !x.managed {
+	if !x.managed && !x.nat.rewritesAnswer() {
 		defer resp.Body.Close()
 		copyResponseHeaders(x.w.Header(), resp.Header)
 		x.w.WriteHeader(resp.StatusCode)
@@ -1076,6 +1180,12 @@ func (x *exchange) relayJSON(ctx context.Context, resp *http.Response) {
 	// before the proxy's own work after it (reading the usage, the handler's log line and
 	// releases), which otherwise delayed it (net/http ends a response when its handler
 	// returns).
+	if an := x.nat.anthropicSide(); an != nil && an.applied != nil {
+		data = withContextManagement(data, an.applied)
+	}
+	if an := x.nat.anthropicSide(); an != nil && an.prepend != nil {
+		data = withPrepended(data, an)
+	}
 	copyResponseHeaders(x.w.Header(), resp.Header)
 	if resp.StatusCode != http.StatusNoContent {
 		x.w.Header().Set("Content-Length", strconv.Itoa(len(data)))
@@ -1106,7 +1216,7 @@ func (x *exchange) followUp(ctx context.Context, asst chat.Message, calls []read
 		return x.withoutRead()
 	}
 	for _, c := range calls {
-		text, isErr := x.s.answerRead(ctx, x.id, x.mgr, x.sess, c.Args, per, counter)
+		text, isErr := x.s.answerRead(ctx, x.id, x.nat.readFrom(), x.mgr, x.sess, c.Args, per, counter)
 		x.reads++
 		res := chat.ToolResult(c.ID, readToolName, text, isErr)
 		if x.format == FormatResponses {

@@ -321,10 +321,16 @@ func (s *Server) snapshotConfig(ctx context.Context, id string, m *managed, key 
 
 // syncReadTool adds the ctxmgr_read tool to the session's tools once it has stored content.
 func (s *Server) syncReadTool(ps *psession, system []chat.Message, tools []chat.Tool) error {
+	return s.offerReadTool(ps, system, tools, false)
+}
+
+// offerReadTool is syncReadTool; with always, the tool is offered even if the session has
+// nothing stored to read (its request reads another session's archive: readFrom).
+func (s *Server) offerReadTool(ps *psession, system []chat.Message, tools []chat.Tool, always bool) error {
 	if s.cfg.DisableReadTool || ps.readTool {
 		return nil
 	}
-	if !readtool.Needed(ps.sess.Stats()) {
+	if !always && !readtool.Needed(ps.sess.Stats()) {
 		return nil
 	}
 	if err := ps.sess.SetSystem(system, withReadTool(tools)); err != nil {

@@ -48,7 +48,7 @@ func (x *exchange) relayStream(ctx context.Context, resp *http.Response) {
 	copyResponseHeaders(x.w.Header(), resp.Header)
 	x.w.WriteHeader(resp.StatusCode)
 	flush(x.w)
-	if !x.managed {
+	if !x.managed && !x.nat.rewritesAnswer() {
 		defer resp.Body.Close()
 		relayRaw(x.w, resp.Body)
 		return
@@ -62,7 +62,14 @@ func (x *exchange) relayStream(ctx context.Context, resp *http.Response) {
 			if err != nil {
 				break
 			}
-			if out := f.event(ev); len(out) > 0 {
+			if an := x.nat.anthropicSide(); an != nil && an.applied != nil && ev.Name == "message_delta" {
+				ev = deltaWithEdits(ev, an.applied)
+			}
+			out := f.event(ev)
+			if an := x.nat.anthropicSide(); an != nil && an.prepend != nil && len(out) > 0 {
+				out = prependStream(out, an)
+			}
+			if len(out) > 0 {
 				if _, err := x.w.Write(out); err != nil {
 					body.Close()
 					return

@@ -48,6 +48,7 @@ type serveOptions struct {
 	logLevel          string
 	addrFile          string
 	disableReadTool   bool
+	providerContext   []string
 	limits            proxy.Limits
 	pprof             string
 	syncAppends       bool
@@ -111,6 +112,7 @@ requests and streams finish (up to --shutdown-timeout).
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&o.addrFile, "addr-file", "", "write the address listened on to this file once listening")
 	f.BoolVar(&o.disableReadTool, "disable-read-tool", false, "never inject the ctxmgr_read tool (offload references then name store locations only)")
+	f.StringArrayVar(&o.providerContext, "provider-context", nil, "who answers the providers' own context management (Responses compaction, Anthropic context editing and compaction): MODE for every upstream or UPSTREAM=MODE for one (its base URL or host); MODE is auto (pass through to api.openai.com and api.anthropic.com, answer locally elsewhere, learn from refusals), local or passthrough; repeatable")
 	f.DurationVar(&o.limits.ReadHeaderTimeout, "read-header-timeout", proxy.DefaultReadHeaderTimeout, "how long a client may take to send a request's headers")
 	f.DurationVar(&o.limits.ReadTimeout, "read-timeout", proxy.DefaultReadTimeout, "how long a client may take to send a whole request, body included")
 	f.DurationVar(&o.limits.WriteTimeout, "write-timeout", proxy.DefaultWriteTimeout, "how long each write of an answer may take (a stream gets it anew for every event)")
@@ -197,6 +199,16 @@ func runServe(cmd *cobra.Command, o *serveOptions) error {
 		return usageErrorf("--log-format %q: want text or json", o.logFormat)
 	}
 
+	providerContext, err := proxy.ParseProviderContext(o.providerContext)
+	if err != nil {
+		return usageErrorf("--provider-context: %v", err)
+	}
+	for k, m := range fc.ProviderContext {
+		if _, ok := providerContext[k]; !ok {
+			providerContext[k] = m
+		}
+	}
+
 	sum, sumName, err := serveSummarizer(cmd, &o.summarizer, o.upstreamOpenAI, o.upstreamAnthropic, logger)
 	if err != nil {
 		return err
@@ -230,6 +242,7 @@ func runServe(cmd *cobra.Command, o *serveOptions) error {
 		UpstreamTimeout:   o.upstreamTimeout,
 		Logger:            logger,
 		DisableReadTool:   o.disableReadTool,
+		ProviderContext:   providerContext,
 		Summarizer:        sum,
 		SummarizerName:    sumName,
 	})

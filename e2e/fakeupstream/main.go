@@ -27,9 +27,10 @@ func main() {
 	rejectAbove := flag.Int("reject-above", 0, "reject requests whose input tokens exceed this with the overflow error (0: no limit)")
 	bodies := flag.Bool("bodies", false, "record request bodies")
 	thinking := flag.Bool("thinking", false, "issue signed thinking blocks when an Anthropic request asks for thinking, and enforce thinking-first in tool loops")
+	providerContext := flag.String("provider-context", "", "the providers' own context management: native (implemented), non-native (refused as upstreams without it do), or empty (accepted, ignored)")
 	flag.Parse()
 
-	opts := fakeupstream.Options{Window: *window, RejectAbove: *rejectAbove, KeepBodies: *bodies, Thinking: *thinking}
+	opts := fakeupstream.Options{Window: *window, RejectAbove: *rejectAbove, KeepBodies: *bodies, Thinking: *thinking, ProviderContext: *providerContext}
 	if *logPath != "" {
 		f, err := os.OpenFile(*logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 		if err != nil {

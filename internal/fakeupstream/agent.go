@@ -22,7 +22,9 @@ package fakeupstream
 //
 // The state is kept in the conversation itself, not in the fake: the step and the step count
 // are read back from the file name in the arguments of the newest assistant tool call, so a
-// history compacted by the proxy (which keeps the newest turn) continues the script. After
+// history compacted by the proxy (which keeps the newest turn) continues the script; when a
+// user text (a summary standing for the whole history) is newer than any such call, from the
+// newest step file it names. After
 // step N's result the fake answers "e2e-agent done: N steps." and the script ends.
 
 import (
@@ -71,7 +73,20 @@ scan:
 		m := &msgs[i]
 		switch m.Role {
 		case chat.RoleUser:
-			if g := agentMarker.FindStringSubmatch(allText(m)); g != nil {
+			text := allText(m)
+			// A summary that stands for the history before it (a compaction the client
+			// asked for) names the step files done, and may quote the marker: the script
+			// goes on after the newest step.
+			for _, g := range agentStep.FindAllStringSubmatch(text, -1) {
+				if k, _ := strconv.Atoi(g[2]); k > step {
+					stepAt, dir, step = i, g[1], k
+					steps, _ = strconv.Atoi(g[3])
+				}
+			}
+			if stepAt >= 0 {
+				break scan
+			}
+			if g := agentMarker.FindStringSubmatch(text); g != nil {
 				marker = i
 				steps, _ = strconv.Atoi(g[1])
 				dir = g[2]

@@ -109,6 +109,10 @@ type Options struct {
 	Thinking bool
 	// SigningKey is the key thinking signatures are made with; empty: a random key per Server.
 	SigningKey []byte
+	// ProviderContext is how the fake treats the providers' own context management
+	// (native.go): ProviderContextNative implements it, ProviderContextNonNative refuses it
+	// as upstreams without it do; empty accepts and ignores it.
+	ProviderContext string
 }
 
 // Record is one request the fake upstream received.
@@ -190,6 +194,7 @@ func New(opts Options) *Server {
 	s.mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { s.serveChat(w, r, wire.Anthropic) })
 	s.mux.HandleFunc("POST /v1/responses", s.serveResponses)
 	s.mux.HandleFunc("POST /v1/responses/input_tokens", s.serveInputTokens)
+	s.mux.HandleFunc("POST /v1/responses/compact", s.serveResponsesCompact)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":{"message":"Unknown request URL","type":"invalid_request_error"}}`, http.StatusNotFound)
 	})
@@ -272,6 +277,12 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, f wire.Format
 	if chk.v != nil && chk.v.rule == RuleParse {
 		s.refuse(w, &rec, chk.v)
 		return
+	}
+	if f == wire.Anthropic && s.opts.ProviderContext == ProviderContextNonNative {
+		if v := nonNativeAnthropic(r.Header, body); v != nil {
+			s.refuse(w, &rec, v)
+			return
+		}
 	}
 	switch rec.Model {
 	case "error-401":

@@ -168,6 +168,20 @@ func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request) {
 	if err := turns.Validate(req.Messages, turns.ValidateOptions{}); err != nil {
 		rec.Valid = err.Error()
 	}
+	compact := false
+	switch s.opts.ProviderContext {
+	case ProviderContextNonNative:
+		if v := nonNativeResponses(body); v != nil {
+			s.refuse(w, &rec, v)
+			return
+		}
+	case ProviderContextNative:
+		var v *violation
+		if compact, v = s.nativeCompaction(body); v != nil {
+			s.refuse(w, &rec, v)
+			return
+		}
+	}
 	if msg, param, code := s.checkResponsesInput(body); msg != "" {
 		if rec.Valid == "" {
 			rec.Valid = msg
@@ -221,6 +235,9 @@ func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request) {
 	if n := len(req.Messages); n > 0 && strings.Contains(req.Messages[n-1].Text(), "slowly") {
 		rep.slow = true
 	}
+	if compact {
+		rep = reply{kind: "compaction"}
+	}
 	rec.Status, rec.Reply = 200, rep.kind
 	s.record(&rec)
 	var include []string
@@ -229,7 +246,10 @@ func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request) {
 	for _, in := range include {
 		reasoning = reasoning || in == "reasoning.encrypted_content"
 	}
-	resp := s.responseObject(req, rep, rec.Tokens, reasoning)
+	resp := s.responseObject(req, rep, rec.Tokens, reasoning && !compact)
+	if compact {
+		resp["output"] = []any{s.issueCompaction()}
+	}
 	st.mu.Lock()
 	st.responses[resp["id"].(string)] = true
 	st.mu.Unlock()
@@ -355,6 +375,8 @@ func (s *Server) streamResponses(w http.ResponseWriter, resp map[string]any, slo
 				send("response.function_call_arguments.delta", map[string]any{"item_id": id, "output_index": i, "delta": p})
 			}
 			send("response.function_call_arguments.done", map[string]any{"item_id": id, "output_index": i, "arguments": args})
+		case "compaction":
+			send("response.output_item.added", map[string]any{"output_index": i, "item": item})
 		default: // reasoning
 			added := map[string]any{}
 			for k, v := range item {
@@ -372,24 +394,37 @@ func (s *Server) streamResponses(w http.ResponseWriter, resp map[string]any, slo
 // request's input, as {"object":"response.input_tokens","input_tokens":N}. It is recorded
 // with Reply "input_tokens".
 func (s *Server) serveInputTokens(w http.ResponseWriter, r *http.Request) {
+	if _, rec, ok := s.countedResponses(w, r, "input_tokens", nil); ok {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"object": "response.input_tokens", "input_tokens": rec.Tokens})
+	}
+}
+
+// countedResponses reads a Responses body of a side endpoint, refuses it with refusal if that
+// is not nil, else records it, counted, with reply. ok is false when it was answered (refused,
+// or not a body the fake can read).
+func (s *Server) countedResponses(w http.ResponseWriter, r *http.Request, reply string, refusal *violation) ([]byte, Record, bool) {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
+		return nil, Record{}, false
 	}
 	rec := Record{Format: string(wire.Responses), Path: r.URL.Path, Headers: map[string]string{}}
+	if refusal != nil {
+		s.refuse(w, &rec, refusal)
+		return nil, rec, false
+	}
 	req, err := wire.DecodeResponses(body)
 	if err != nil {
 		rec.Status, rec.Reply = 400, "error"
 		s.record(&rec)
 		openAIError(w, 400, "could not parse the request: "+err.Error(), "", "")
-		return
+		return nil, rec, false
 	}
 	_ = json.Unmarshal(req.Extra["model"], &rec.Model)
 	rec.Messages = len(req.Messages)
 	rec.Tokens = s.counter.Request(req).Total
-	rec.Status, rec.Reply = 200, "input_tokens"
+	rec.Status, rec.Reply = 200, reply
 	s.record(&rec)
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{"object": "response.input_tokens", "input_tokens": rec.Tokens})
+	return body, rec, true
 }
