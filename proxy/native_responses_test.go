@@ -239,7 +239,7 @@ func longHistory(n int) string {
 // forwarded as it is (a cut-through request started while it was read) is answered by the
 // proxy, twice in a row on the compacted conversation.
 func TestResponsesCompactionAfterCutThrough(t *testing.T) {
-	e := newEnv(t, fakeupstream.Options{KeepBodies: true, ProviderContext: fakeupstream.ProviderContextNonNative}, Config{Window: 200000})
+	e := newEnv(t, fakeupstream.Options{KeepBodies: true, ProviderContext: fakeupstream.ProviderContextNonNative}, Config{Window: 200000, Tune: noCostMask})
 	hist := longHistory(8)
 	ask := `,{"type":"message","role":"user","content":[{"type":"input_text","text":"go on"}]}`
 	for i, body := range []string{hist + ask, hist + ask + `,{"type":"message","role":"assistant","content":[{"type":"output_text","text":"ok"}]},{"type":"compaction_trigger"}`} {
