@@ -86,10 +86,11 @@ type rewriteCandidate struct {
 }
 
 // lossyMargin is how much a lossy rewrite made without window pressure must save beyond what
-// it is expected to cost: its batch is made only when the expected saving exceeds the cache
-// miss and the expected read-back by half of them. A lossless batch (superseded copies only)
-// needs no margin.
-const lossyMargin = 0.5
+// it is expected to cost: its batch is made only when its expected net saving is at least its
+// expected costs (the cache miss and the read-back) again, so that it still pays when the
+// hazard it was priced with is off by half. A lossless batch (superseded copies that the later
+// copy shows whole) needs no margin.
+const lossyMargin = 1.0
 
 // readBackRisk is the expected cost per call of removing text from a message of tokens
 // tokens: hazard, the chance per call that the agent needs what was removed (see reuse.go),

@@ -55,13 +55,13 @@ func TestBestBatch(t *testing.T) {
 	if from, _ := p.bestBatch(cands, tail, 30000, 0); from != 0 {
 		t.Fatalf("bestBatch after 30000 calls starts at %d; want 0", from)
 	}
-	// A lossy candidate pays only beyond its expected read-back, by half of its costs again:
-	// from 90 alone, 10*(3000*0.1 - 150) - 1150 = 350 is below half of 1150 + 1500.
+	// A lossy candidate pays only beyond its expected read-back, by its costs again: from 90
+	// alone, 10*(3000*0.1 - 150) - 1150 = 350 is below 1150 + 1500.
 	lossy := []rewriteCandidate{{pos: 90, save: 3000, risk: 150}}
 	if from, v := p.bestBatch(lossy, tail, 10, 0); from != 1 || v != 0 {
 		t.Fatalf("lossy batch short of its margin made: %d, %v", from, v)
 	}
-	// With less risk it pays: 10*(300-20) - 1150 = 1650 >= (1150+200)/2.
+	// With less risk it pays: 10*(300-20) - 1150 = 1650 >= 1150 + 200.
 	lossy[0].risk = 20
 	if from, v := p.bestBatch(lossy, tail, 10, 0); from != 0 || v != 10*(300-20)-1150 {
 		t.Fatalf("lossy batch past its margin not made: %d, %v", from, v)

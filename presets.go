@@ -58,8 +58,8 @@ func Preset(name string, window, maxOutput int) (Config, error) {
 		// whichever is worth more once the expected read-back is priced by what this
 		// session's agent has shown of its habits (reuse.go): an agent that pages through a
 		// document and quotes at the end keeps its pages, one that never looks back at a
-		// command's output lets it go. Without window pressure a lossy batch must save half
-		// again what it is expected to cost.
+		// command's output lets it go. Without window pressure a lossy batch must save twice
+		// what it is expected to cost.
 		//
 		// Over the threshold (95%) compaction runs in large batches: masking beyond the 10
 		// newest when it frees 5% of the window, then, if still over, masking all but the 2

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"strings"
 
 	"github.com/ctxmgr/ctxmgr/chat"
 	"github.com/ctxmgr/ctxmgr/store"
@@ -26,6 +27,7 @@ type supState struct {
 	actions  map[int]toolAction    // tool result position -> what it shows
 	byKey    map[string][]int      // key -> positions of results no later one covers yet
 	by       map[int]int           // position -> the later position that shows it again
+	changed  map[int]float64       // position -> the share of its text its later copy no longer holds (a file edited, an output changed)
 	terms    map[string]bool       // identifiers in play (inplay.go)
 	lastRead map[string]int        // file -> position of its latest read
 	nextRead map[int]int           // read position -> position of the next read of its file
@@ -105,6 +107,17 @@ func (st *supState) scan(s *Session) {
 		for _, j := range st.byKey[a.key] {
 			if st.actions[j].coveredBy(a) {
 				st.by[j] = i
+				// Lossless only when the later copy shows the earlier text again: a file
+				// edited in between, or a command whose output changed, leaves the earlier
+				// text nowhere else in the request.
+				if gone := goneShare(fullText(&s.entries[j].orig), fullText(m)); gone > 0 {
+					if st.changed == nil {
+						st.changed = map[int]float64{}
+					}
+					st.changed[j] = gone
+				} else {
+					delete(st.changed, j)
+				}
 			} else {
 				kept = append(kept, j)
 			}
@@ -198,11 +211,7 @@ func (s *Session) ageOption(i int, e *entry, r int) (rewriteCandidate, bool) {
 	cfg := &s.m.cfg
 	p := cfg.Prices
 	whole, middle := s.sup.reuse.hazard(i, s.sup.actions[i])
-	// The original's tokens, from the view's, scaled by the bytes of each.
-	orig := e.tokens
-	if vb := textBytes(&e.view); vb > 0 && e.size > vb {
-		orig = int(int64(e.tokens) * int64(e.size) / int64(vb))
-	}
+	orig := origTokens(e)
 	best, bestVal := rewriteCandidate{}, 0.0
 	if e.size > cfg.OldToolResultCap && (e.kind == viewOriginal || e.kind == viewOffloaded) {
 		keep := e.tokens * s.ageCap(i) / max(1, textBytes(&e.view))
@@ -227,6 +236,40 @@ func (s *Session) ageOption(i int, e *entry, r int) (rewriteCandidate, bool) {
 		}
 	}
 	return best, bestVal > 0
+}
+
+// goneShare is the share of earlier's bytes in lines that later does not hold, line numbers
+// and indentation aside (a file read again after an edit numbers its lines anew): 0 when later
+// shows everything earlier did.
+func goneShare(earlier, later string) float64 {
+	if strings.Contains(later, strings.TrimSpace(earlier)) {
+		return 0
+	}
+	norm := func(l string) string { return strings.TrimSpace(strings.TrimLeft(l, " \t0123456789|:")) }
+	have := make(map[string]bool)
+	for l := range strings.Lines(later) {
+		have[norm(l)] = true
+	}
+	gone, total := 0, 0
+	for l := range strings.Lines(earlier) {
+		total += len(l)
+		if !have[norm(l)] {
+			gone += len(l)
+		}
+	}
+	if total == 0 {
+		return 0
+	}
+	return float64(gone) / float64(total)
+}
+
+// origTokens estimates the tokens of a tool result's original from its view's, scaled by the
+// bytes of each.
+func origTokens(e *entry) int {
+	if vb := textBytes(&e.view); vb > 0 && e.size > vb {
+		return int(int64(e.tokens) * int64(e.size) / int64(vb))
+	}
+	return e.tokens
 }
 
 // mayShrink reports whether a tool result's view may still become an age-out or masking
@@ -287,7 +330,17 @@ func (s *Session) supersedeCandidates() []rewriteCandidate {
 		if le.kind != viewOriginal {
 			continue // the later copy is not shown whole: the earlier one stays
 		}
-		cands = append(cands, rewriteCandidate{pos: j, save: save, kind: viewSuperseded})
+		c := rewriteCandidate{pos: j, save: save, kind: viewSuperseded}
+		if gone := s.sup.changed[j]; gone > 0 {
+			// What the later copy no longer shows may be needed: priced as a stub's loss of
+			// that share of the result.
+			whole, _ := s.sup.reuse.hazard(j, s.sup.actions[j])
+			c.risk = gone * s.m.cfg.Prices.readBackRisk(whole, origTokens(e))
+			if float64(save)*s.m.cfg.Prices.Cached <= c.risk {
+				continue
+			}
+		}
+		cands = append(cands, c)
 	}
 	return cands
 }
