@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"github.com/ctxmgr/ctxmgr/chat"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -106,5 +107,17 @@ func TestParseProviderContext(t *testing.T) {
 	if c.providerMode("https://relay.example") != ProviderContextPassthrough || c.providerMode("https://api.openai.com") != ProviderContextAuto ||
 		c.providerMode("http://127.0.0.1:8080") != ProviderContextLocal {
 		t.Fatal("modes by base URL, host and *")
+	}
+}
+
+// A client that names its session like the store's key session gets a session of its own:
+// the key that seals compaction tokens is never in a client's reach (ctxmgr_read).
+func TestKeySessionNotAClientSession(t *testing.T) {
+	id, _ := sessionKey(keySession, &chat.Request{}, nil)
+	if id == keySession {
+		t.Fatalf("header %q maps to the key session", keySession)
+	}
+	if id2, _ := sessionKey("my-session", &chat.Request{}, nil); id2 != "my-session" {
+		t.Fatalf("header my-session maps to %q", id2)
 	}
 }

@@ -496,7 +496,12 @@ func sanitizeID(prefix, s string) string {
 // first user message.
 func sessionKey(header string, req *chat.Request, msgs []chat.Message) (id, source string) {
 	if header != "" {
-		return sanitizeID("", header), "header"
+		id := sanitizeID("", header)
+		if id == keySession {
+			// The store's own key lives under that name: a client never reaches it.
+			id = "client-" + id
+		}
+		return id, "header"
 	}
 	if raw, ok := req.Extra["metadata"]; ok {
 		var md struct {
