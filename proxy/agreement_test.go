@@ -180,6 +180,7 @@ func TestReplayAgreesWithTheProxy(t *testing.T) {
 				}
 			}
 			proxyRatio, replayRatio := managed/raw, replayDefault/replayRaw
+			t.Logf("cut-through: %v committed, %v aborted", counterValue(srv.metrics.cutThrough.WithLabelValues("committed")), counterValue(srv.metrics.cutThrough.WithLabelValues("aborted")))
 			t.Logf("%d runs at %d tokens: the proxy's requests cost %.4f of the client's, replay says %.4f (raw %.3f / %.3f)",
 				len(runs), w.window, proxyRatio, replayRatio, raw, replayRaw)
 			if math.Abs(proxyRatio-replayRatio) > 0.02 {
