@@ -188,8 +188,10 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-func (c Config) validate() error {
-	if c.UpstreamOpenAI == "" && c.UpstreamAnthropic == "" && len(c.Routes) == 0 {
+// validate checks c; addressed: the requests name their upstream (Transport), none need be
+// configured.
+func (c Config) validate(addressed bool) error {
+	if !addressed && c.UpstreamOpenAI == "" && c.UpstreamAnthropic == "" && len(c.Routes) == 0 {
 		return fmt.Errorf("proxy: no upstream: set UpstreamOpenAI, UpstreamAnthropic or Routes")
 	}
 	for name, u := range map[string]string{"UpstreamOpenAI": c.UpstreamOpenAI, "UpstreamAnthropic": c.UpstreamAnthropic} {

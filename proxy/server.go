@@ -62,9 +62,13 @@ type Server struct {
 }
 
 // New returns a proxy for cfg.
-func New(cfg Config) (*Server, error) {
+func New(cfg Config) (*Server, error) { return newServer(cfg, false) }
+
+// newServer returns a proxy for cfg; addressed says that every request names its upstream
+// (Transport), so that no upstream need be configured.
+func newServer(cfg Config, addressed bool) (*Server, error) {
 	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.validate(addressed); err != nil {
 		return nil, err
 	}
 	s := &Server{
@@ -255,15 +259,15 @@ func (s *Server) handlePassthrough(w http.ResponseWriter, r *http.Request) {
 			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Bool("managed", false),
 			slog.String("reason", ReasonPath), slog.Int("status", status), slog.Duration("duration", time.Since(start)))
 	}()
-	base := s.cfg.upstream(f, "")
-	if base == "" {
+	g := f
+	if s.cfg.upstream(f, "") == "" {
+		// The one upstream configured.
+		g = FormatOpenAI
 		if f == FormatOpenAI {
-			base = s.cfg.UpstreamAnthropic
-		} else {
-			base = s.cfg.UpstreamOpenAI
+			g = FormatAnthropic
 		}
 	}
-	target, err := targetURL(base, r)
+	_, target, err := s.upstreamOf(r, g, "")
 	if err != nil {
 		writeError(w, f, http.StatusBadGateway, "api_error", RedactText(err.Error()))
 		return
@@ -509,13 +513,7 @@ func (s *Server) serveBody(x *exchange, body []byte, start time.Time, attrs *[]s
 		x.model, x.stream = peekModel(body)
 	}
 	*attrs = append(*attrs, slog.String("model", x.model), slog.Bool("stream", x.stream))
-	base := s.cfg.upstream(x.format, x.model)
-	x.base = base
-	if base == "" {
-		writeError(x.w, x.format, http.StatusBadGateway, "api_error", fmt.Sprintf("no upstream configured for %s requests", x.format))
-		return nil
-	}
-	if x.target, err = targetURL(base, x.r); err != nil {
+	if x.base, x.target, err = s.upstreamOf(x.r, x.format, x.model); err != nil {
 		writeError(x.w, x.format, http.StatusBadGateway, "api_error", RedactText(err.Error()))
 		return nil
 	}

@@ -1,0 +1,218 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
+	ooption "github.com/openai/openai-go/v3/option"
+
+	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/internal/fakeupstream"
+	"github.com/ctxmgr/ctxmgr/store"
+)
+
+// transportEnv is a fake upstream, mounted under /gw (so that the URL the client addresses
+// carries a path of its own), and a Transport in front of it.
+type transportEnv struct {
+	fake  *fakeupstream.Server
+	up    *httptest.Server
+	tr    *Transport
+	store store.Store
+	// base is the base URL clients address: the upstream's, with its /gw prefix.
+	base string
+}
+
+func newTransportEnv(t testing.TB, fo fakeupstream.Options, cfg Config) *transportEnv {
+	t.Helper()
+	e := &transportEnv{fake: fakeupstream.New(fo)}
+	mux := http.NewServeMux()
+	mux.Handle("/gw/", http.StripPrefix("/gw", e.fake))
+	e.up = httptest.NewServer(mux)
+	t.Cleanup(e.up.Close)
+	if cfg.Store == nil {
+		cfg.Store = store.NewMemory()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = quietLogger()
+	}
+	e.store = cfg.Store
+	tr, err := NewTransport(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.Close() })
+	e.tr, e.base = tr, e.up.URL+"/gw"
+	return e
+}
+
+func (e *transportEnv) client() *http.Client { return &http.Client{Transport: e.tr} }
+
+// TestTransportAgentLoops: an agent loop written with openai-go and one with
+// anthropic-sdk-go, each through NewTransport, against a strict upstream whose window is far
+// smaller than the conversation: every call is answered, every request the upstream receives
+// fits the window and pairs its tool calls, streaming and not; the history is compacted and
+// kept whole in the store.
+func TestTransportAgentLoops(t *testing.T) {
+	const window = 6000
+	for _, format := range []Format{FormatOpenAI, FormatAnthropic} {
+		t.Run(string(format), func(t *testing.T) {
+			e := newTransportEnv(t, fakeupstream.Options{Window: window}, Config{Window: window, Tune: smallTune})
+			ctx := ctxT(t)
+			id := "transport-" + string(format)
+			var a agent
+			if format == FormatOpenAI {
+				a = newOpenAIAgent(e.base, bigOutput(1800), ooption.WithHTTPClient(e.client()), ooption.WithHeader(SessionHeader, id))
+			} else {
+				a = newAnthropicAgent(e.base, bigOutput(1800), aoption.WithHTTPClient(e.client()), aoption.WithHeader(SessionHeader, id))
+			}
+			for i := 0; i < 40; i++ {
+				text, err := a.turn(ctx, fmt.Sprintf("turn %d: run the tests", i), i%2 == 0)
+				if err != nil {
+					t.Fatalf("turn %d: %v", i, err)
+				}
+				if !strings.HasPrefix(text, "Done: ") {
+					t.Fatalf("turn %d: answer %q", i, text)
+				}
+			}
+			recs := e.fake.Records()
+			checkRecords(t, recs, window)
+			streamed := 0
+			for _, r := range recs {
+				if r.Status != 200 {
+					t.Errorf("request %d answered %d", r.Seq, r.Status)
+				}
+				if r.Stream {
+					streamed++
+				}
+			}
+			if streamed == 0 || streamed == len(recs) {
+				t.Errorf("%d of %d requests streamed: want both kinds", streamed, len(recs))
+			}
+			srv := e.tr.Server()
+			srv.sessMu.Lock()
+			ps := srv.sessions[id]
+			srv.sessMu.Unlock()
+			if ps == nil {
+				t.Fatalf("no session %s", id)
+			}
+			st := ps.sess.Stats()
+			if st.Evicted == 0 || st.SummaryVersion == 0 {
+				t.Errorf("no compaction: %+v", st)
+			}
+			total := 0
+			for _, m := range ps.sess.History() {
+				total += e.fake.Count(&chat.Request{Messages: []chat.Message{m}})
+			}
+			if total < 5*window {
+				t.Fatalf("history of %d tokens does not far exceed the window %d", total, window)
+			}
+			stored, err := e.store.Messages(ctx, id, 0, -1)
+			if err != nil || len(stored) != st.Total {
+				t.Errorf("store holds %d messages (%v), session %d", len(stored), err, st.Total)
+			}
+		})
+	}
+}
+
+// TestTransportServesAsTheHandler: commands are answered in-process, an overflow is recovered
+// from, what the Transport does not manage reaches the base transport untouched, and a
+// request whose context ends returns its error.
+func TestTransportServesAsTheHandler(t *testing.T) {
+	e := newTransportEnv(t, fakeupstream.Options{RejectAbove: 9000}, Config{Window: 40000, Tune: smallTune})
+	ctx := ctxT(t)
+	oa := newOpenAIAgent(e.base, bigOutput(2500), ooption.WithHTTPClient(e.client()), ooption.WithHeader(SessionHeader, "tr-oa"))
+	an := newAnthropicAgent(e.base, bigOutput(2500), aoption.WithHTTPClient(e.client()), aoption.WithHeader(SessionHeader, "tr-an"))
+	for _, a := range []agent{oa, an} {
+		buildTurns(ctx, t, a, 10)
+		n := len(e.fake.Records())
+		for _, stream := range []bool{false, true} {
+			out, err := a.turn(ctx, "/context", stream)
+			if err != nil || !strings.Contains(out, "/context: session tr-") {
+				t.Fatalf("/context (stream %v): %q %v", stream, out, err)
+			}
+		}
+		if got := len(e.fake.Records()); got != n {
+			t.Fatalf("commands called the upstream (%d requests)", got-n)
+		}
+	}
+	rejected := 0
+	recs := e.fake.Records()
+	for i, r := range recs {
+		if r.Status == 400 {
+			rejected++
+			if i+1 >= len(recs) || recs[i+1].Tokens >= r.Tokens {
+				t.Errorf("request %d rejected at %d tokens; the retry is not smaller", r.Seq, r.Tokens)
+			}
+		}
+		if r.Path != "/v1/chat/completions" && r.Path != "/v1/messages" {
+			t.Errorf("request %d went to %s", r.Seq, r.Path)
+		}
+	}
+	if rejected == 0 {
+		t.Fatalf("the upstream never overflowed (largest request %d tokens): the test proves nothing", maxTokens(recs))
+	}
+	if v := counterValue(e.tr.Server().metrics.recoveries); v == 0 {
+		t.Errorf("recoveries not counted")
+	}
+
+	// Not managed: a GET reaches the base transport as the client sent it.
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.base+"/v1/models?limit=2", nil)
+	req.Header.Set("Accept-Encoding", "identity")
+	resp, err := e.tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("X-Fake-Upstream") != "models" || !strings.Contains(string(body), "gpt-4o") {
+		t.Fatalf("passthrough: %d %s", resp.StatusCode, body)
+	}
+
+	// A request whose context is done before any answer returns the context's error.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	req, _ = http.NewRequestWithContext(cctx, http.MethodPost, e.base+"/v1/chat/completions", strings.NewReader(`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`))
+	if resp, err := e.tr.RoundTrip(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("a cancelled request answered %d", resp.StatusCode)
+	}
+}
+
+// TestTransportConfig: a Transport needs no configured upstream; a bad Config is refused.
+func TestTransportConfig(t *testing.T) {
+	tr, err := NewTransport(Config{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewTransport(Config{Preset: "no-such-preset"}); err == nil {
+		t.Fatal("an unknown preset was accepted")
+	}
+	if _, err := New(Config{}); err == nil {
+		t.Fatal("a Server without upstream was accepted")
+	}
+	for path, want := range map[string]string{
+		"/v1/chat/completions":                           "/v1/chat/completions",
+		"/openai/deployments/x/chat/completions":         "/v1/chat/completions",
+		"/api/v1/messages/count_tokens":                  "/v1/messages/count_tokens",
+		"/v1/messages":                                   "/v1/messages",
+		"/v1/responses/compact":                          "/v1/responses/compact",
+		"/v1/models":                                     "",
+		"/v1/messages/batches":                           "",
+		"/v1/chat/completions/chatcmpl-1/messages/extra": "",
+	} {
+		req := httptest.NewRequest(http.MethodPost, "http://up.example"+path, nil)
+		got, ok := managedPath(req)
+		if got != want || ok != (want != "") {
+			t.Errorf("managedPath(%s) = %q %v, want %q", path, got, ok, want)
+		}
+	}
+}
