@@ -45,6 +45,9 @@ type Manager struct {
 	ctx      context.Context      // parent of background work; canceled by Close
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
+	// mu guards closed, and wg.Add against Close's wg.Wait.
+	mu     sync.Mutex
+	closed bool
 }
 
 // New returns a Manager for cfg, with defaults filled in (Config.WithDefaults) and validated.
@@ -61,11 +64,27 @@ func New(cfg Config) (*Manager, error) {
 // Config returns the manager's configuration with defaults filled in.
 func (m *Manager) Config() Config { return m.cfg }
 
-// Close stops background summaries and waits for them. It does not close the Store.
+// Close stops background summaries and waits for them; none starts after it (sessions then
+// summarize in the foreground, when they must). It does not close the Store. Safe to call
+// concurrently with any method of the Manager's sessions, and more than once.
 func (m *Manager) Close() error {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
 	m.cancel()
 	m.wg.Wait()
 	return nil
+}
+
+// startWork counts a background goroutine about to start, unless the Manager is closed.
+func (m *Manager) startWork() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return false
+	}
+	m.wg.Add(1)
+	return true
 }
 
 // NewSession starts a session with the given system prompt (any number of system messages,

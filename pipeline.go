@@ -718,9 +718,11 @@ func (s *Session) startBackground(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.bg = j
 	m := s.m
-	m.wg.Add(1)
+	if !m.startWork() {
+		return nil // closed: the summary is made in the foreground when it must be
+	}
+	s.bg = j
 	go func() {
 		defer m.wg.Done()
 		j.run(m.ctx, m)
