@@ -41,9 +41,11 @@ type Server struct {
 	heur     tokens.Counter // for metrics on messages too large to count exactly in time
 	mux      *http.ServeMux
 
-	mgrMu    sync.Mutex
-	managers map[managerKey]*managed
-	exact    map[string]tokens.Counter
+	mgrMu       sync.Mutex
+	managers    map[managerKey]*managed
+	mgrLRU      *list.List // of *managed, most recently used first
+	maxManagers int
+	exact       map[string]tokens.Counter
 
 	sessMu   sync.Mutex
 	sessions map[string]*psession
@@ -72,16 +74,18 @@ func newServer(cfg Config, addressed bool) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		heur:     tokens.NewHeuristic(tokens.HeuristicOptions{}),
-		cal:      tokens.NewCalibrator(tokens.NewCache(tokens.NewHeuristic(tokens.HeuristicOptions{}), 1<<16), tokens.CalibratorOptions{}),
-		managers: map[managerKey]*managed{},
-		exact:    map[string]tokens.Counter{},
-		sessions: map[string]*psession{},
-		lru:      list.New(),
-		decodes:  newDecodeCache(cfg.DecodeCacheBytes),
-		flushers: newFlushers(),
+		cfg:         cfg,
+		log:         cfg.Logger,
+		heur:        tokens.NewHeuristic(tokens.HeuristicOptions{}),
+		cal:         tokens.NewCalibrator(tokens.NewCache(tokens.NewHeuristic(tokens.HeuristicOptions{}), 1<<16), tokens.CalibratorOptions{}),
+		managers:    map[managerKey]*managed{},
+		mgrLRU:      list.New(),
+		maxManagers: maxManagers,
+		exact:       map[string]tokens.Counter{},
+		sessions:    map[string]*psession{},
+		lru:         list.New(),
+		decodes:     newDecodeCache(cfg.DecodeCacheBytes),
+		flushers:    newFlushers(),
 	}
 	// Load the default vocabulary now rather than in the first request.
 	if c, err := tokens.ForEncoding(tokens.O200kBase); err == nil {
@@ -335,9 +339,10 @@ type exchange struct {
 	// restart is the body the request is served anew with (errRestart).
 	restart []byte
 
-	ps       *psession
+	ps       *psession // in use (Server.acquire) until the exchange ends
 	id       string
 	mgr      *managed
+	held     *managed // in use (Server.manager) until the exchange ends
 	sess     *ctxmgr.Session
 	readTool bool
 	sent     chat.Request // the request last forwarded (managed only)
@@ -539,6 +544,11 @@ func (s *Server) serveBody(x *exchange, body []byte, start time.Time, attrs *[]s
 		return nil
 	}
 
+	defer func() {
+		// After the write below: the session and its Manager are no longer in use.
+		s.release(x.ps)
+		s.releaseManager(x.held)
+	}()
 	defer func() { _ = x.awaitFlush() }() // whatever path returns, the write is complete
 	out, info, err := s.manage(x.r.Context(), x)
 	*attrs = append(*attrs, info...)
@@ -700,10 +710,11 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 	var info []slog.Attr
 	window, defOut := s.cfg.limits(x.model)
 	x.maxField, x.asked = askedMaxTokens(dec.Extra)
-	mgr, key, err := s.manager(x.model, window, replyReserve(window, x.asked, defOut))
+	mgr, key, err := s.manager(x.format, x.model, window, replyReserve(window, x.asked, defOut))
 	if err != nil {
 		return nil, info, err
 	}
+	x.held = mgr // released when the exchange ends (serveBody)
 	x.window, x.maxOut = window, mgr.m.Config().Budget.MaxOutput
 	dec.Tools = stripReadTool(dec.Tools)
 	msgs, cmd := splitCommandsFrom(dec.Messages, x.di.firstCmd)
@@ -1166,9 +1177,13 @@ func (x *exchange) relayJSON(ctx context.Context, resp *http.Response) {
 			data = stripReads(x.format, data)
 			break
 		}
-		d2, _ := io.ReadAll(r2.Body)
+		d2, err := io.ReadAll(r2.Body)
 		r2.Body.Close()
-		if r2.StatusCode < 200 || r2.StatusCode > 299 {
+		if err != nil || r2.StatusCode < 200 || r2.StatusCode > 299 {
+			// The follow-up failed (an error, or an answer cut short): the answer before it.
+			if err != nil {
+				x.log.Warn("proxy: reading the ctxmgr_read follow-up's answer failed", slog.String("error", RedactText(err.Error())))
+			}
 			data = stripReads(x.format, data)
 			break
 		}
