@@ -48,11 +48,11 @@ func TestRecoverSDKErrors(t *testing.T) {
 			defer srv.Close()
 			if sdk == "openai" {
 				c := openai.NewClient(ooption.WithBaseURL(srv.URL+"/v1/"), ooption.WithAPIKey("sk-test"), ooption.WithMaxRetries(0))
-				_, err = c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: openai.ChatModelGPT4o,
+				_, err = c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "gpt-4o",
 					Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("latest")}})
 			} else {
 				c := anthropic.NewClient(aoption.WithBaseURL(srv.URL), aoption.WithAPIKey("sk-ant-test"), aoption.WithMaxRetries(0))
-				_, err = c.Messages.New(ctx, anthropic.MessageNewParams{Model: anthropic.ModelClaudeSonnet4_5, MaxTokens: 1000,
+				_, err = c.Messages.New(ctx, anthropic.MessageNewParams{Model: "claude-sonnet-4-5", MaxTokens: 1000,
 					Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("latest"))}})
 			}
 			if err == nil {

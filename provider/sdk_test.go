@@ -37,9 +37,9 @@ func sdkErrors(t *testing.T, status int, body string) map[string]error {
 	t.Cleanup(srv.Close)
 	ctx := context.Background()
 	oc := openai.NewClient(ooption.WithBaseURL(srv.URL+"/v1/"), ooption.WithAPIKey("sk-test"), ooption.WithMaxRetries(0))
-	oparams := openai.ChatCompletionNewParams{Model: openai.ChatModelGPT4o, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}}
+	oparams := openai.ChatCompletionNewParams{Model: "gpt-4o", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}}
 	ac := anthropic.NewClient(aoption.WithBaseURL(srv.URL), aoption.WithAPIKey("sk-ant-test"), aoption.WithMaxRetries(0))
-	aparams := anthropic.MessageNewParams{Model: anthropic.ModelClaudeSonnet4_5, MaxTokens: 1024,
+	aparams := anthropic.MessageNewParams{Model: "claude-sonnet-4-5", MaxTokens: 1024,
 		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}}
 
 	errs := map[string]error{}

@@ -37,7 +37,7 @@ func ExampleNewTransport_openai() {
 	)
 
 	resp, err := client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
-		Model: openai.ChatModelGPT4o,
+		Model: "gpt-4o",
 		Messages: []openai.ChatCompletionMessageParamUnion{
 			openai.SystemMessage("You are a helpful assistant."),
 			openai.UserMessage("Say hello."),
@@ -73,7 +73,7 @@ func ExampleNewTransport_anthropic() {
 	)
 
 	msg, err := client.Messages.New(context.Background(), anthropic.MessageNewParams{
-		Model:     anthropic.ModelClaudeSonnet4_5,
+		Model:     "claude-sonnet-4-5",
 		MaxTokens: 1024,
 		System:    []anthropic.TextBlockParam{{Text: "You are a helpful assistant."}},
 		Messages: []anthropic.MessageParam{
