@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	ooption "github.com/openai/openai-go/v3/option"
@@ -52,23 +53,26 @@ func newTransportEnv(t testing.TB, fo fakeupstream.Options, cfg Config) *transpo
 
 func (e *transportEnv) client() *http.Client { return &http.Client{Transport: e.tr} }
 
-// TestTransportAgentLoops: an agent loop written with openai-go and one with
-// anthropic-sdk-go, each through NewTransport, against a strict upstream whose window is far
-// smaller than the conversation: every call is answered, every request the upstream receives
-// fits the window and pairs its tool calls, streaming and not; the history is compacted and
-// kept whole in the store.
+// TestTransportAgentLoops: agent loops written with openai-go (chat completions and
+// Responses) and with anthropic-sdk-go, each through NewTransport, against a strict upstream
+// whose window is far smaller than the conversation: every call is answered, every request
+// the upstream receives fits the window and pairs its tool calls, streaming and not; the
+// history is compacted and kept whole in the store.
 func TestTransportAgentLoops(t *testing.T) {
 	const window = 6000
-	for _, format := range []Format{FormatOpenAI, FormatAnthropic} {
+	for _, format := range []Format{FormatOpenAI, FormatAnthropic, FormatResponses} {
 		t.Run(string(format), func(t *testing.T) {
 			e := newTransportEnv(t, fakeupstream.Options{Window: window}, Config{Window: window, Tune: smallTune})
 			ctx := ctxT(t)
 			id := "transport-" + string(format)
 			var a agent
-			if format == FormatOpenAI {
+			switch format {
+			case FormatOpenAI:
 				a = newOpenAIAgent(e.base, bigOutput(1800), ooption.WithHTTPClient(e.client()), ooption.WithHeader(SessionHeader, id))
-			} else {
+			case FormatAnthropic:
 				a = newAnthropicAgent(e.base, bigOutput(1800), aoption.WithHTTPClient(e.client()), aoption.WithHeader(SessionHeader, id))
+			case FormatResponses:
+				a = newResponsesAgent(t, e.base, bigOutput(1800), ooption.WithHTTPClient(e.client()), ooption.WithHeader(SessionHeader, id))
 			}
 			buildTurns(ctx, t, a, 40) // streamed and not, alternately
 			recs := e.fake.Records()
@@ -126,6 +130,10 @@ func TestTransportServesAsTheHandler(t *testing.T) {
 			out, err := a.turn(ctx, "/context", stream)
 			if err != nil || !strings.Contains(out, "/context: session tr-") {
 				t.Fatalf("/context (stream %v): %q %v", stream, out, err)
+			}
+			out, err = a.turn(ctx, "/compact keep the decisions", stream)
+			if err != nil || !strings.Contains(out, "/compact") {
+				t.Fatalf("/compact (stream %v): %q %v", stream, out, err)
 			}
 		}
 		if got := len(e.fake.Records()); got != n {
@@ -196,5 +204,53 @@ func TestTransportConfig(t *testing.T) {
 		if got != want || ok != (want != "") {
 			t.Errorf("managedPath(%s) = %q %v, want %q", path, got, ok, want)
 		}
+	}
+}
+
+// TestTransportBodyCloseCancels: closing a streamed answer's body early ends the request
+// upstream, as closing a body of http.Transport's does.
+func TestTransportBodyCloseCancels(t *testing.T) {
+	ended := make(chan error, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := 0; i < 500; i++ {
+			_, _ = io.WriteString(w, `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}]}`+"\n\n")
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				ended <- r.Context().Err()
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		ended <- nil
+	}))
+	t.Cleanup(up.Close)
+	tr, err := NewTransport(Config{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.Close() })
+	body := `{"model":"gpt-4o","stream":true,"messages":[{"role":"system","content":"sys"},{"role":"user","content":"go"}],` +
+		`"tools":[{"type":"function","function":{"name":"run","parameters":{"type":"object","properties":{}}}}]}`
+	req, _ := http.NewRequestWithContext(ctxT(t), http.MethodPost, up.URL+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	if _, err := io.ReadFull(resp.Body, buf); err != nil || !strings.HasPrefix(string(buf), "data: ") {
+		t.Fatalf("first bytes %q %v", buf, err)
+	}
+	resp.Body.Close()
+	select {
+	case err := <-ended:
+		if err == nil {
+			t.Fatal("the upstream streamed to its end after the body was closed")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the upstream request did not end after the body was closed")
 	}
 }
