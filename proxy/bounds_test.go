@@ -66,6 +66,27 @@ func TestManagersBounded(t *testing.T) {
 		t.Fatalf("the Manager in use was dropped (%v), or %d Managers kept", !kept, n)
 	}
 	e.srv.releaseManager(held)
+	checkNoneInUse(t, e.srv)
+}
+
+// checkNoneInUse asserts that once every request has ended no session and no Manager is
+// counted in use: a use never released would keep it in memory for good.
+func checkNoneInUse(t testing.TB, s *Server) {
+	t.Helper()
+	s.sessMu.Lock()
+	for id, ps := range s.sessions {
+		if ps.users != 0 {
+			t.Errorf("session %s: %d uses after every request ended", id, ps.users)
+		}
+	}
+	s.sessMu.Unlock()
+	s.mgrMu.Lock()
+	for k, m := range s.managers {
+		if m.users != 0 {
+			t.Errorf("Manager %+v: %d uses after every request ended", k, m.users)
+		}
+	}
+	s.mgrMu.Unlock()
 }
 
 // TestSessionCacheKeepsSessionsInUse: the session cache never drops a session a request is

@@ -420,6 +420,7 @@ func TestReplayedHistoryContinuesItsBranch(t *testing.T) {
 		t.Fatalf("after the replay diverged: %d sessions holding %d messages, then %d holding %d", sessions, all, s2, all2)
 	}
 	checkRecords(t, e.fake.Records(), 200000)
+	checkNoneInUse(t, e.srv)
 }
 
 // TestInterleavedReplaysShareBranches: two replays of one run under the same key, one two
@@ -463,6 +464,7 @@ func TestInterleavedReplaysShareBranches(t *testing.T) {
 		t.Fatalf("two interleaved replays of %d requests made %d sessions holding %d messages (the first run %d)", n-1, len(infos), all, len(first))
 	}
 	checkRecords(t, e.fake.Records(), 200000)
+	checkNoneInUse(t, e.srv)
 }
 
 // sendReplayed sends request k of an agent run under the session key "replay": user messages

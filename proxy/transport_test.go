@@ -111,6 +111,7 @@ func TestTransportAgentLoops(t *testing.T) {
 			if err != nil || len(stored) != st.Total {
 				t.Errorf("store holds %d messages (%v), session %d", len(stored), err, st.Total)
 			}
+			checkNoneInUse(t, srv)
 		})
 	}
 }
@@ -150,6 +151,7 @@ func TestTransportServesAsTheHandler(t *testing.T) {
 	if v := counterValue(e.tr.Server().metrics.recoveries); v == 0 {
 		t.Errorf("recoveries not counted")
 	}
+	checkNoneInUse(t, e.tr.Server())
 
 	// Not managed: a GET reaches the base transport as the client sent it.
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.base+"/v1/models?limit=2", nil)
