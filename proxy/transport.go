@@ -22,7 +22,8 @@ import (
 //
 // A request whose path ends in one of the endpoints the proxy manages (POST .../chat/completions,
 // .../messages, .../messages/count_tokens, .../responses, .../responses/compact,
-// .../responses/input_tokens) is served by the same code as the Handler's: decoded, its
+// .../responses/input_tokens; not OpenAI's .../threads/{id}/messages) is served by the same
+// code as the Handler's: decoded, its
 // session synced, the pipeline run, ctxmgr_read calls answered in-process, /compact and
 // /context answered, an upstream overflow recovered from; then it is sent to the URL the
 // client addressed (scheme, host, path and query as the request has them: Config's upstreams
@@ -84,9 +85,10 @@ var managedEndpoints = []string{
 	"/messages",
 }
 
-// managedPath returns the Handler's path for a request the Transport manages.
+// managedPath returns the Handler's path for a request the Transport manages. OpenAI's
+// Assistants API (POST .../threads/{id}/messages) is not Anthropic's Messages.
 func managedPath(r *http.Request) (string, bool) {
-	if r.Method != http.MethodPost || r.URL == nil {
+	if r.Method != http.MethodPost || r.URL == nil || strings.Contains(r.URL.Path, "/threads/") {
 		return "", false
 	}
 	p := strings.TrimRight(r.URL.Path, "/")

@@ -199,6 +199,7 @@ func TestTransportConfig(t *testing.T) {
 		"/v1/responses/compact":                          "/v1/responses/compact",
 		"/v1/models":                                     "",
 		"/v1/messages/batches":                           "",
+		"/v1/threads/thread_1/messages":                  "",
 		"/v1/chat/completions/chatcmpl-1/messages/extra": "",
 	} {
 		req := httptest.NewRequest(http.MethodPost, "http://up.example"+path, nil)
