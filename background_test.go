@@ -2,6 +2,7 @@ package ctxmgr
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -189,4 +190,62 @@ type summarizerFunc func(ctx context.Context, req summarize.Request) (summarize.
 
 func (f summarizerFunc) Summarize(ctx context.Context, req summarize.Request) (summarize.Result, error) {
 	return f(ctx, req)
+}
+
+// Once the Manager is closed no background summary starts: Close has waited for the work it
+// stopped, and a session used after it (or while it runs) summarizes in the foreground.
+func TestCloseStopsBackgroundWork(t *testing.T) {
+	ctx := context.Background()
+	g := &gatedSummarizer{release: make(chan struct{})}
+	close(g.release)
+	m, s := testManager(t, bgConfig(g))
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	soft := false
+	for i := 0; i < 40; i++ {
+		appendAll(t, s, chat.TextMessage(chat.RoleUser, turnText(i)))
+		if _, err := s.Prepare(ctx); err != nil {
+			t.Fatal(err)
+		}
+		s.mu.Lock()
+		started := s.bg != nil
+		s.mu.Unlock()
+		if started {
+			t.Fatalf("turn %d: a background summary started after Close", i)
+		}
+		soft = soft || s.plan2().OverSoft
+	}
+	if !soft {
+		t.Fatal("the session never crossed the soft threshold: the test proves nothing")
+	}
+
+	// Close racing sessions that start background work (go test -race checks the rest).
+	for k := 0; k < 20; k++ {
+		m, _ := testManager(t, bgConfig(g))
+		var wg sync.WaitGroup
+		for w := 0; w < 4; w++ {
+			s, err := m.NewSession(fmt.Sprintf("r%d", w), []chat.Message{chat.TextMessage(chat.RoleSystem, "sys")}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 12; i++ {
+					if err := s.Append(ctx, chat.TextMessage(chat.RoleUser, turnText(i)), chat.TextMessage(chat.RoleAssistant, "ok")); err != nil {
+						t.Error(err)
+						return
+					}
+					if _, err := s.Prepare(ctx); err != nil && !errors.Is(err, context.Canceled) {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		time.Sleep(time.Millisecond)
+		_ = m.Close()
+		wg.Wait()
+	}
 }

@@ -145,7 +145,13 @@ type Config struct {
 	Now func() time.Time
 	// Logger receives one record per pipeline event. Default: slog.Default().
 	Logger *slog.Logger
-	// OnEvent, if set, is called synchronously with every event.
+	// OnEvent, if set, is called with every event, in the order the session raised them, never
+	// with a lock of the session held and never concurrently for one session: it may call any
+	// method of the session (Stats, Prepare, ...). It runs on the goroutine of the call that
+	// raised the event before that call returns, unless another call of the session is
+	// delivering events at that moment (another goroutine, or OnEvent itself calling the
+	// session): that call delivers it, after the events before it. Events are stored
+	// (Store.AppendEvent) and logged with the context of the call that delivers them.
 	OnEvent func(Event)
 
 	// tuned: the tuning values have their defaults (tuningDefaults ran), so a zero among them

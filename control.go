@@ -33,6 +33,7 @@ func (s *Session) CompactAll(ctx context.Context, instruction string) (CompactRe
 }
 
 func (s *Session) compact(ctx context.Context, instruction string, all bool) (CompactResult, error) {
+	defer s.deliver(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.pending(); err != nil {
@@ -136,6 +137,7 @@ func (s *Session) Stats() Stats {
 // (system prompt and tools stay). Nothing is deleted: the history, the archive and every
 // summary version remain in the Store; a new, empty summary version records the clear.
 func (s *Session) Clear(ctx context.Context) error {
+	defer s.deliver(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.pending(); err != nil {

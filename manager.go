@@ -45,6 +45,9 @@ type Manager struct {
 	ctx      context.Context      // parent of background work; canceled by Close
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
+	// mu guards closed, and wg.Add against Close's wg.Wait.
+	mu     sync.Mutex
+	closed bool
 }
 
 // New returns a Manager for cfg, with defaults filled in (Config.WithDefaults) and validated.
@@ -61,11 +64,27 @@ func New(cfg Config) (*Manager, error) {
 // Config returns the manager's configuration with defaults filled in.
 func (m *Manager) Config() Config { return m.cfg }
 
-// Close stops background summaries and waits for them. It does not close the Store.
+// Close stops background summaries and waits for them; none starts after it (sessions then
+// summarize in the foreground, when they must). It does not close the Store. Safe to call
+// concurrently with any method of the Manager's sessions, and more than once.
 func (m *Manager) Close() error {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
 	m.cancel()
 	m.wg.Wait()
 	return nil
+}
+
+// startWork counts a background goroutine about to start, unless the Manager is closed.
+func (m *Manager) startWork() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return false
+	}
+	m.wg.Add(1)
+	return true
 }
 
 // NewSession starts a session with the given system prompt (any number of system messages,
@@ -88,28 +107,69 @@ func (m *Manager) NewSession(id string, system []chat.Message, tools []chat.Tool
 	return s, nil
 }
 
+// emit queues an event of s; s.mu is held. The method that holds it delivers the event once
+// it has released the lock (Session.deliver).
 func (m *Manager) emit(s *Session, ev Event) {
 	ev.Session = s.id
 	if ev.Freed == 0 {
 		ev.Freed = ev.Before - ev.After
 	}
+	s.events = append(s.events, ev)
+}
+
+// publish delivers one event: Config.OnEvent, the Store (with ctx, the context of the call that
+// raised the event) and the log. No lock is held.
+func (m *Manager) publish(ctx context.Context, ev Event) {
 	if m.cfg.OnEvent != nil {
 		m.cfg.OnEvent(ev)
 	}
 	if b, err := json.Marshal(ev); err == nil {
-		if err := m.cfg.Store.AppendEvent(context.Background(), s.id, string(ev.Step), b); err != nil {
-			m.log.Warn("ctxmgr: storing event failed", slog.String("session", s.id), slog.String("error", err.Error()))
+		if err := m.cfg.Store.AppendEvent(ctx, ev.Session, string(ev.Step), b); err != nil {
+			m.log.Warn("ctxmgr: storing event failed", slog.String("session", ev.Session), slog.String("error", err.Error()))
 		}
 	}
-	attrs := []slog.Attr{slog.String("session", s.id), slog.String("reason", ev.Reason),
+	attrs := []slog.Attr{slog.String("session", ev.Session), slog.String("reason", ev.Reason),
 		slog.Int("before", ev.Before), slog.Int("after", ev.After),
 		slog.Int("freed", ev.Freed), slog.Int("messages", ev.Messages)}
 	if ev.ExpectedSaving != 0 {
 		attrs = append(attrs, slog.Float64("expected_saving", ev.ExpectedSaving))
 	}
-	m.log.LogAttrs(context.Background(), slog.LevelInfo, "ctxmgr "+string(ev.Step), attrs...)
+	m.log.LogAttrs(ctx, slog.LevelInfo, "ctxmgr "+string(ev.Step), attrs...)
 }
 
 func (m *Manager) storeErr(op string, err error) error {
 	return fmt.Errorf("ctxmgr: store %s: %w", op, err)
+}
+
+// deliver delivers the events s raised, in order, with no lock held: each Session method that
+// may raise one defers it before it takes s.mu. One call delivers at a time; an event raised
+// meanwhile (by another goroutine, or by Config.OnEvent calling the session) is delivered by
+// that call's loop, after the events before it.
+func (s *Session) deliver(ctx context.Context) {
+	s.mu.Lock()
+	if s.delivering || len(s.events) == 0 {
+		s.mu.Unlock()
+		return
+	}
+	s.delivering = true
+	done := false
+	defer func() {
+		if !done {
+			// OnEvent panicked: the events after it wait for the next call.
+			s.mu.Lock()
+			s.delivering = false
+			s.mu.Unlock()
+		}
+	}()
+	for len(s.events) > 0 {
+		evs := s.events
+		s.events = nil
+		s.mu.Unlock()
+		for _, ev := range evs {
+			s.m.publish(ctx, ev)
+		}
+		s.mu.Lock()
+	}
+	s.delivering, done = false, true
+	s.mu.Unlock()
 }

@@ -62,6 +62,7 @@ func (s *Session) Prepare(ctx context.Context) (Prepared, error) {
 }
 
 func (s *Session) prepare(ctx context.Context, force bool) (Prepared, error) {
+	defer s.deliver(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := ctx.Err(); err != nil {
@@ -717,9 +718,11 @@ func (s *Session) startBackground(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.bg = j
 	m := s.m
-	m.wg.Add(1)
+	if !m.startWork() {
+		return nil // closed: the summary is made in the foreground when it must be
+	}
+	s.bg = j
 	go func() {
 		defer m.wg.Done()
 		j.run(m.ctx, m)
@@ -819,6 +822,9 @@ func (s *Session) Recover(ctx context.Context, providerErr error) (Prepared, err
 	ev := Event{Step: StepRecover, Reason: fmt.Sprintf("%s: window now %d tokens", reason, win),
 		Before: p.Report.InputBefore, After: p.Report.InputAfter}
 	p.Report.Steps = append(p.Report.Steps, ev)
+	s.mu.Lock()
 	s.m.emit(s, ev)
+	s.mu.Unlock()
+	s.deliver(ctx)
 	return p, nil
 }

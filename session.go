@@ -56,7 +56,11 @@ type Session struct {
 	m  *Manager
 	id string
 
-	mu         sync.Mutex
+	mu sync.Mutex
+	// events are raised under mu and delivered, in order, once it is released (deliver);
+	// delivering says that a call is delivering them.
+	events     []Event
+	delivering bool
 	system     []chat.Message
 	tools      []chat.Tool
 	sysTokens  int // system messages + reply priming
@@ -188,6 +192,7 @@ func (s *Session) setSystem(system []chat.Message, tools []chat.Tool) {
 // result above the ingestion cap is offloaded whole and replaced in context by a snippet and a
 // reference. On error nothing of this call is appended.
 func (s *Session) Append(ctx context.Context, msgs ...chat.Message) error {
+	defer s.deliver(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.appendLocked(ctx, msgs, true)
@@ -207,6 +212,7 @@ func (s *Session) Append(ctx context.Context, msgs ...chat.Message) error {
 // the same messages already stored at their positions (another process appended what this
 // one was given, as proxy instances sharing a database do) is not a failure.
 func (s *Session) AppendDeferred(ctx context.Context, msgs ...chat.Message) error {
+	defer s.deliver(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.appendLocked(ctx, msgs, false)

@@ -3,7 +3,6 @@ package provider
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"regexp"
 	"strconv"
 	"strings"
@@ -102,15 +101,15 @@ func overflowLimits(body []byte) Limits {
 	return l
 }
 
-// ErrorLimits reads the Limits an overflow error states (see overflowLimits): the body of the HTTPError it wraps, or else
-// its message.
+// ErrorLimits reads the Limits an overflow error states (see overflowLimits): the body of the
+// HTTPError or the response of the ResponseDumper it wraps (see IsOverflowError), or else its
+// message.
 func ErrorLimits(err error) Limits {
 	if err == nil {
 		return Limits{}
 	}
-	var he HTTPError
-	if errors.As(err, &he) && he != nil {
-		return overflowLimits(he.ResponseBody())
+	if _, body, ok := httpParts(err); ok {
+		return overflowLimits(body)
 	}
 	return overflowLimits([]byte(err.Error()))
 }

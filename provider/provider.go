@@ -22,10 +22,13 @@
 package provider
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
@@ -209,6 +212,17 @@ func (e *StatusError) ResponseBody() []byte {
 	return e.Body
 }
 
+// ResponseDumper is implemented by errors that keep the HTTP response that
+// carried them and render it in HTTP/1.x wire format, body included, as
+// DumpResponse(true). The errors of the official Go SDKs do: openai-go's
+// *openai.Error and anthropic-sdk-go's *anthropic.Error. IsOverflowError and
+// ErrorLimits read the status and body from that rendering, so that such an
+// error is classified by what the provider said, not by its Error() text
+// (openai-go's is only "OpenAI API error: 400 Bad Request").
+type ResponseDumper interface {
+	DumpResponse(body bool) []byte
+}
+
 // IsOverflowError reports whether err means the request's context was too
 // long for the model.
 //
@@ -216,8 +230,11 @@ func (e *StatusError) ResponseBody() []byte {
 // context.DeadlineExceeded (checked with errors.Is), even if it also wraps an
 // HTTP error: a timed-out or cancelled call says nothing about the prompt.
 // Otherwise, if err wraps a *StatusError or an HTTPError (found with
-// errors.As), the result is IsOverflow of its status and body. Failing that,
-// the error's message is matched against the same phrases as response bodies.
+// errors.As), the result is IsOverflow of its status and body; else, if it
+// wraps a ResponseDumper (an SDK's error, found with errors.As) whose
+// response parses, IsOverflow of that response's status and body. Failing
+// that, the error's message is matched against the same phrases as response
+// bodies.
 func IsOverflowError(err error) bool {
 	if err == nil {
 		return false
@@ -225,9 +242,8 @@ func IsOverflowError(err error) bool {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
-	var he HTTPError
-	if errors.As(err, &he) && he != nil {
-		return IsOverflow(he.StatusCode(), he.ResponseBody())
+	if status, body, ok := httpParts(err); ok {
+		return IsOverflow(status, body)
 	}
 	msg := err.Error()
 	if len(msg) > maxScan {
@@ -299,4 +315,49 @@ func matchesAny(s string, res []*regexp.Regexp) bool {
 		}
 	}
 	return false
+}
+
+// httpParts returns the HTTP status and response body err carries: an
+// HTTPError's, else the response of a ResponseDumper (when its body is empty,
+// the error's RawJSON(), which the SDKs' errors also have). ok is false when
+// err carries neither.
+func httpParts(err error) (status int, body []byte, ok bool) {
+	var he HTTPError
+	if errors.As(err, &he) && he != nil {
+		return he.StatusCode(), he.ResponseBody(), true
+	}
+	var rd ResponseDumper
+	if !errors.As(err, &rd) || rd == nil {
+		return 0, nil, false
+	}
+	status, body, ok = parseDump(rd)
+	if ok && len(bytes.TrimSpace(body)) == 0 {
+		var rj interface{ RawJSON() string }
+		if errors.As(err, &rj) && rj != nil {
+			body = []byte(rj.RawJSON())
+		}
+	}
+	return status, body, ok
+}
+
+// parseDump reads the status and the body (at most maxScan bytes) of rd's
+// response. A dumper that panics (an SDK error built by hand, without its
+// response) or renders nothing that parses carries no response.
+func parseDump(rd ResponseDumper) (status int, body []byte, ok bool) {
+	defer func() {
+		if recover() != nil {
+			status, body, ok = 0, nil, false
+		}
+	}()
+	dump := rd.DumpResponse(true)
+	if len(dump) == 0 {
+		return 0, nil, false
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(dump)), nil)
+	if err != nil {
+		return 0, nil, false
+	}
+	defer resp.Body.Close()
+	body, _ = io.ReadAll(io.LimitReader(resp.Body, maxScan))
+	return resp.StatusCode, body, true
 }

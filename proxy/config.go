@@ -113,7 +113,9 @@ type Config struct {
 	// as long as the upstream streams). Default 10 minutes.
 	UpstreamTimeout time.Duration
 	// HTTPClient sends upstream requests. Default: a client with UpstreamTimeout as its
-	// response-header timeout and no overall timeout.
+	// response-header timeout and no overall timeout. For NewTransport, its Transport is also
+	// the base transport of the requests the Transport does not manage; default there: a
+	// client over http.DefaultTransport.
 	HTTPClient *http.Client
 	// Logger receives structured logs (one record per request, with the session id). API keys
 	// and other header values are never logged. Default slog.Default().
@@ -123,7 +125,8 @@ type Config struct {
 	Registry prometheus.Registerer
 
 	// MaxSessions bounds the sessions kept in memory (least recently used are dropped and
-	// reloaded from the Store when they come back). Default 1024.
+	// reloaded from the Store when they come back). A session a request is using is never
+	// dropped: the cache holds more while more are in use. Default 1024.
 	MaxSessions int
 	// DisableReadTool turns off the ctxmgr_read tool (see the package documentation): offload
 	// references then only name Store locations (use a files store in a directory the agent
@@ -188,8 +191,10 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-func (c Config) validate() error {
-	if c.UpstreamOpenAI == "" && c.UpstreamAnthropic == "" && len(c.Routes) == 0 {
+// validate checks c; addressed: the requests name their upstream (Transport), none need be
+// configured.
+func (c Config) validate(addressed bool) error {
+	if !addressed && c.UpstreamOpenAI == "" && c.UpstreamAnthropic == "" && len(c.Routes) == 0 {
 		return fmt.Errorf("proxy: no upstream: set UpstreamOpenAI, UpstreamAnthropic or Routes")
 	}
 	for name, u := range map[string]string{"UpstreamOpenAI": c.UpstreamOpenAI, "UpstreamAnthropic": c.UpstreamAnthropic} {

@@ -69,10 +69,11 @@ func (s *Server) managedCount(ctx context.Context, f Format, header string, req 
 	_ = json.Unmarshal(req.Extra["model"], &model)
 	window, def := s.cfg.limits(model)
 	_, asked := askedMaxTokens(req.Extra)
-	m, key, err := s.manager(model, window, replyReserve(window, asked, def))
+	m, key, err := s.manager(f, model, window, replyReserve(window, asked, def))
 	if err != nil {
 		return 0, "", false
 	}
+	defer s.releaseManager(m)
 	req.Tools = stripReadTool(req.Tools)
 	msgs, _ := splitCommands(req.Messages)
 	if len(msgs) == 0 {
@@ -83,16 +84,16 @@ func (s *Server) managedCount(ctx context.Context, f Format, header string, req 
 	id := base
 	for depth := 0; depth < 6; depth++ {
 		ps := s.acquire(id)
-		if ps.sess == nil || ps.key != key {
+		if ps.sess == nil || ps.mgr != m {
 			if err := s.load(ctx, ps, m, key, req.System, req.Tools); err != nil {
-				ps.mu.Unlock()
+				s.put(ps)
 				return 0, "", false
 			}
 		}
 		k := commonPrefix(ps.hashes, hashes)
 		if k == len(ps.hashes) {
 			if k == 0 {
-				ps.mu.Unlock()
+				s.put(ps)
 				return 0, "", false // nothing stored: an unknown conversation
 			}
 			// The session's request as it stands (its system and tools are the client's, synced
@@ -102,10 +103,10 @@ func (s *Server) managedCount(ctx context.Context, f Format, header string, req 
 			if news := msgs[k:]; len(news) > 0 {
 				n += c.Request(&chat.Request{Messages: news}).Total - c.Request(&chat.Request{}).Total
 			}
-			ps.mu.Unlock()
+			s.put(ps)
 			return n, id, true
 		}
-		ps.mu.Unlock()
+		s.put(ps)
 		if k == 0 {
 			next := conversationID(base, hashes[0])
 			if next == id {

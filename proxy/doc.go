@@ -1,6 +1,11 @@
 // Package proxy is an OpenAI- and Anthropic-compatible HTTP proxy that manages the context of
 // any agent that talks to it (ctxmgr serve).
 //
+// A Go program gets the same management in process, without a socket: NewTransport returns an
+// http.RoundTripper that serves each managed request through the Handler's own code and sends
+// it to the URL the client addressed; put it under the program's HTTP client (an official
+// SDK's: option.WithHTTPClient(&http.Client{Transport: t})).
+//
 // # Endpoints
 //
 // POST /v1/chat/completions (OpenAI), POST /v1/messages (Anthropic) and POST /v1/responses

@@ -118,6 +118,55 @@ func BenchmarkHandler(b *testing.B) {
 	}
 }
 
+// BenchmarkTransport is BenchmarkHandler's cases without cut-through, served through
+// NewTransport's RoundTrip instead of the handler: what the in-process Transport adds to the
+// handler's own work (a goroutine, a pipe, a response) is the difference between the two.
+//
+//	go test -run '^$' -bench 'Handler/100K$|Handler/100K-anthropic$|Handler/100K-responses$|Transport' -benchtime 500x ./proxy
+func BenchmarkTransport(b *testing.B) {
+	for _, f := range []Format{FormatOpenAI, FormatAnthropic, FormatResponses} {
+		b.Run(string(f), func(b *testing.B) {
+			tr, err := NewTransport(Config{Store: store.NewMemory(), Window: 1000000, Logger: quietLogger(),
+				HTTPClient: &http.Client{Transport: stubUpstream{benchUpstream(0)}}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = tr.Close() })
+			next := bodyMaker(newBenchConversation(100000), f)
+			url := map[Format]string{FormatOpenAI: "/v1/chat/completions", FormatAnthropic: "/v1/messages", FormatResponses: "/v1/responses"}[f]
+			url = "http://upstream.invalid" + url
+			roundTripBench(b, tr, url, next(-1))
+			bodies := make([][]byte, b.N)
+			for i := range bodies {
+				bodies[i] = next(i)
+			}
+			runtime.GC()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				roundTripBench(b, tr, url, bodies[i])
+			}
+		})
+	}
+}
+
+// roundTripBench sends body through t as a client of one session would, and fails on any
+// answer but 200.
+func roundTripBench(b *testing.B, t http.RoundTripper, url string, body []byte) {
+	req, _ := http.NewRequest("POST", url, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(SessionHeader, "bench")
+	resp, err := t.RoundTrip(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b.Fatalf("status %d", resp.StatusCode)
+	}
+}
+
 // BenchmarkHandlerRealRuns is BenchmarkHandler on real agent runs: the 42 mini-swe-agent runs
 // of ../shared/data when they are beside the repository (the README's figures are on them),
 // else the 12 of the embedded sample (SWE-bench tasks, each turn a bash call and its output),

@@ -324,3 +324,22 @@ func histogram(o prometheus.Observer) (uint64, float64) {
 	}
 	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
 }
+
+// checkRecovered asserts that the upstream refused at least one request as an overflow and
+// that each refused request was followed by a smaller one; it returns the refusals.
+func checkRecovered(t testing.TB, recs []fakeupstream.Record) int {
+	t.Helper()
+	rejected := 0
+	for i, r := range recs {
+		if r.Status == 400 {
+			rejected++
+			if i+1 >= len(recs) || recs[i+1].Tokens >= r.Tokens {
+				t.Errorf("request %d rejected at %d tokens; the retry is not smaller", r.Seq, r.Tokens)
+			}
+		}
+	}
+	if rejected == 0 {
+		t.Fatalf("the upstream never overflowed (largest request %d tokens): the test proves nothing", maxTokens(recs))
+	}
+	return rejected
+}

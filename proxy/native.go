@@ -174,7 +174,10 @@ func (x *exchange) nativeRewrite(body []byte) ([]byte, error) {
 		return body, nil
 	}
 	model, _ := peekModel(body)
-	base := x.s.cfg.upstream(x.format, model)
+	base, _, err := x.s.upstreamOf(x.r, x.format, model)
+	if err != nil {
+		return body, nil // serveBody answers it
+	}
 	out, act, err := x.s.nativeRequest(x.r.Context(), x.format, x.r, base, body)
 	if err != nil || act == nil {
 		return body, err

@@ -337,6 +337,7 @@ func TestCountTokens(t *testing.T) {
 	if status, _, answer := postRaw(t, e.px.URL, "/v1/messages/count_tokens", unknown); status == 200 && strings.Contains(string(answer), "input_tokens") && len(e.fake.Records()) == before {
 		t.Fatalf("an unknown history was answered by the proxy: %s", answer)
 	}
+	checkNoneInUse(t, e.srv)
 }
 
 // TestUnchangedForwardedVerbatim: a request the pipeline leaves as it is goes upstream as the

@@ -41,9 +41,11 @@ type Server struct {
 	heur     tokens.Counter // for metrics on messages too large to count exactly in time
 	mux      *http.ServeMux
 
-	mgrMu    sync.Mutex
-	managers map[managerKey]*managed
-	exact    map[string]tokens.Counter
+	mgrMu       sync.Mutex
+	managers    map[managerKey]*managed
+	mgrLRU      *list.List // of *managed, most recently used first
+	maxManagers int
+	exact       map[string]tokens.Counter
 
 	sessMu   sync.Mutex
 	sessions map[string]*psession
@@ -62,22 +64,28 @@ type Server struct {
 }
 
 // New returns a proxy for cfg.
-func New(cfg Config) (*Server, error) {
+func New(cfg Config) (*Server, error) { return newServer(cfg, false) }
+
+// newServer returns a proxy for cfg; addressed says that every request names its upstream
+// (Transport), so that no upstream need be configured.
+func newServer(cfg Config, addressed bool) (*Server, error) {
 	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.validate(addressed); err != nil {
 		return nil, err
 	}
 	s := &Server{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		heur:     tokens.NewHeuristic(tokens.HeuristicOptions{}),
-		cal:      tokens.NewCalibrator(tokens.NewCache(tokens.NewHeuristic(tokens.HeuristicOptions{}), 1<<16), tokens.CalibratorOptions{}),
-		managers: map[managerKey]*managed{},
-		exact:    map[string]tokens.Counter{},
-		sessions: map[string]*psession{},
-		lru:      list.New(),
-		decodes:  newDecodeCache(cfg.DecodeCacheBytes),
-		flushers: newFlushers(),
+		cfg:         cfg,
+		log:         cfg.Logger,
+		heur:        tokens.NewHeuristic(tokens.HeuristicOptions{}),
+		cal:         tokens.NewCalibrator(tokens.NewCache(tokens.NewHeuristic(tokens.HeuristicOptions{}), 1<<16), tokens.CalibratorOptions{}),
+		managers:    map[managerKey]*managed{},
+		mgrLRU:      list.New(),
+		maxManagers: maxManagers,
+		exact:       map[string]tokens.Counter{},
+		sessions:    map[string]*psession{},
+		lru:         list.New(),
+		decodes:     newDecodeCache(cfg.DecodeCacheBytes),
+		flushers:    newFlushers(),
 	}
 	// Load the default vocabulary now rather than in the first request.
 	if c, err := tokens.ForEncoding(tokens.O200kBase); err == nil {
@@ -255,15 +263,15 @@ func (s *Server) handlePassthrough(w http.ResponseWriter, r *http.Request) {
 			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Bool("managed", false),
 			slog.String("reason", ReasonPath), slog.Int("status", status), slog.Duration("duration", time.Since(start)))
 	}()
-	base := s.cfg.upstream(f, "")
-	if base == "" {
+	g := f
+	if s.cfg.upstream(f, "") == "" {
+		// The one upstream configured.
+		g = FormatOpenAI
 		if f == FormatOpenAI {
-			base = s.cfg.UpstreamAnthropic
-		} else {
-			base = s.cfg.UpstreamOpenAI
+			g = FormatAnthropic
 		}
 	}
-	target, err := targetURL(base, r)
+	_, target, err := s.upstreamOf(r, g, "")
 	if err != nil {
 		writeError(w, f, http.StatusBadGateway, "api_error", RedactText(err.Error()))
 		return
@@ -331,9 +339,10 @@ type exchange struct {
 	// restart is the body the request is served anew with (errRestart).
 	restart []byte
 
-	ps       *psession
+	ps       *psession // in use (Server.acquire) until the exchange ends
 	id       string
 	mgr      *managed
+	held     *managed // in use (Server.manager) until the exchange ends
 	sess     *ctxmgr.Session
 	readTool bool
 	sent     chat.Request // the request last forwarded (managed only)
@@ -509,13 +518,7 @@ func (s *Server) serveBody(x *exchange, body []byte, start time.Time, attrs *[]s
 		x.model, x.stream = peekModel(body)
 	}
 	*attrs = append(*attrs, slog.String("model", x.model), slog.Bool("stream", x.stream))
-	base := s.cfg.upstream(x.format, x.model)
-	x.base = base
-	if base == "" {
-		writeError(x.w, x.format, http.StatusBadGateway, "api_error", fmt.Sprintf("no upstream configured for %s requests", x.format))
-		return nil
-	}
-	if x.target, err = targetURL(base, x.r); err != nil {
+	if x.base, x.target, err = s.upstreamOf(x.r, x.format, x.model); err != nil {
 		writeError(x.w, x.format, http.StatusBadGateway, "api_error", RedactText(err.Error()))
 		return nil
 	}
@@ -541,6 +544,11 @@ func (s *Server) serveBody(x *exchange, body []byte, start time.Time, attrs *[]s
 		return nil
 	}
 
+	defer func() {
+		// After the write below: the session and its Manager are no longer in use.
+		s.release(x.ps)
+		s.releaseManager(x.held)
+	}()
 	defer func() { _ = x.awaitFlush() }() // whatever path returns, the write is complete
 	out, info, err := s.manage(x.r.Context(), x)
 	*attrs = append(*attrs, info...)
@@ -702,10 +710,11 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 	var info []slog.Attr
 	window, defOut := s.cfg.limits(x.model)
 	x.maxField, x.asked = askedMaxTokens(dec.Extra)
-	mgr, key, err := s.manager(x.model, window, replyReserve(window, x.asked, defOut))
+	mgr, key, err := s.manager(x.format, x.model, window, replyReserve(window, x.asked, defOut))
 	if err != nil {
 		return nil, info, err
 	}
+	x.held = mgr // released when the exchange ends (serveBody)
 	x.window, x.maxOut = window, mgr.m.Config().Budget.MaxOutput
 	dec.Tools = stripReadTool(dec.Tools)
 	msgs, cmd := splitCommandsFrom(dec.Messages, x.di.firstCmd)
@@ -1168,9 +1177,13 @@ func (x *exchange) relayJSON(ctx context.Context, resp *http.Response) {
 			data = stripReads(x.format, data)
 			break
 		}
-		d2, _ := io.ReadAll(r2.Body)
+		d2, err := io.ReadAll(r2.Body)
 		r2.Body.Close()
-		if r2.StatusCode < 200 || r2.StatusCode > 299 {
+		if err != nil || r2.StatusCode < 200 || r2.StatusCode > 299 {
+			// The follow-up failed (an error, or an answer cut short): the answer before it.
+			if err != nil {
+				x.log.Warn("proxy: reading the ctxmgr_read follow-up's answer failed", slog.String("error", RedactText(err.Error())))
+			}
 			data = stripReads(x.format, data)
 			break
 		}

@@ -25,22 +25,46 @@ import (
 	"github.com/ctxmgr/ctxmgr/wire"
 )
 
-// managerKey identifies one Manager configuration: the window, the reply reserve and the
-// token counter (an exact encoding, or a model's calibrated estimate).
+// managerKey identifies one Manager configuration: the window, the reply reserve, the token
+// counter (an exact encoding, or a model's calibrated estimate) and the prices of the
+// provider's prompt cache (ctxmgr.PricesOpenAI for the OpenAI formats, ctxmgr.PricesAnthropic
+// for Anthropic's).
 type managerKey struct {
 	window, maxOutput int
 	counter           string
+	prices            ctxmgr.Prices
 }
 
+// managed is a Manager of the proxy. users and elem are guarded by Server.mgrMu.
 type managed struct {
 	m     *ctxmgr.Manager
 	exact bool
+	key   managerKey
+	// users counts the requests using the Manager (manager, until releaseManager).
+	users int
+	elem  *list.Element // in Server.mgrLRU
 }
 
-// manager returns the Manager for a model and reply size, creating it on first use.
-func (s *Server) manager(model string, window, maxOutput int) (*managed, managerKey, error) {
+// maxManagers bounds the Managers kept: one per (window, reply reserve, counter, prices) in
+// use, and a client that varies max_tokens or the model name makes a new key each time. The
+// least recently used Manager no request is using is closed past it; its sessions are loaded
+// again from the Store by the next request that needs them (sync).
+const maxManagers = 64
+
+// pricesFor returns the prices of the prompt cache of the provider of format f.
+func pricesFor(f Format) ctxmgr.Prices {
+	if f == FormatAnthropic {
+		return ctxmgr.PricesAnthropic
+	}
+	return ctxmgr.PricesOpenAI
+}
+
+// manager returns the Manager for a request of format f for model with this window and reply
+// size, creating it on first use, and counts the caller as a user: call releaseManager when
+// done with it.
+func (s *Server) manager(f Format, model string, window, maxOutput int) (*managed, managerKey, error) {
 	var key managerKey
-	key.window, key.maxOutput = window, maxOutput
+	key.window, key.maxOutput, key.prices = window, maxOutput, pricesFor(f)
 	enc, exact := tokens.EncodingForModel(model)
 	if exact {
 		key.counter = enc
@@ -50,12 +74,15 @@ func (s *Server) manager(model string, window, maxOutput int) (*managed, manager
 	s.mgrMu.Lock()
 	defer s.mgrMu.Unlock()
 	if m := s.managers[key]; m != nil {
+		m.users++
+		s.mgrLRU.MoveToFront(m.elem)
 		return m, key, nil
 	}
 	cfg, err := ctxmgr.Preset(s.cfg.Preset, window, maxOutput)
 	if err != nil {
 		return nil, key, err
 	}
+	cfg.Prices = key.prices // Tune may set others
 	if cfg.Counter == nil {
 		if exact {
 			c := s.exact[enc]
@@ -96,9 +123,29 @@ func (s *Server) manager(model string, window, maxOutput int) (*managed, manager
 	if err != nil {
 		return nil, key, err
 	}
-	m := &managed{m: mgr, exact: exact && cfg.Counter != nil}
+	m := &managed{m: mgr, exact: exact && cfg.Counter != nil, key: key, users: 1}
 	s.managers[key] = m
+	m.elem = s.mgrLRU.PushFront(m)
+	for e := s.mgrLRU.Back(); e != nil && s.mgrLRU.Len() > s.maxManagers; {
+		o := e.Value.(*managed)
+		e = e.Prev()
+		if o.users == 0 {
+			s.mgrLRU.Remove(o.elem)
+			delete(s.managers, o.key)
+			_ = o.m.Close()
+		}
+	}
 	return m, key, nil
+}
+
+// releaseManager ends a use of m that manager counted.
+func (s *Server) releaseManager(m *managed) {
+	if m == nil {
+		return
+	}
+	s.mgrMu.Lock()
+	m.users--
+	s.mgrMu.Unlock()
 }
 
 // nhash is the normalized hash of a message: what the conversation means, not how a client
@@ -255,9 +302,16 @@ type psession struct {
 		valid  bool
 	}
 	elem *list.Element
+	// users counts the requests using the session (acquire, until release); guarded by
+	// Server.sessMu. A session in use is never dropped from the cache: a request for it then
+	// would load a second copy beside the one in use.
+	users int
 }
 
-// acquire returns the session with this id from the cache (a fresh one if absent), locked.
+// acquire returns the session with this id from the cache (a fresh one if absent), locked and
+// counted in use: the caller unlocks it and calls release (put does both). Past
+// Config.MaxSessions the least recently used sessions not in use are dropped (the cache holds
+// more while more are in use).
 func (s *Server) acquire(id string) *psession {
 	s.sessMu.Lock()
 	ps := s.sessions[id]
@@ -265,18 +319,37 @@ func (s *Server) acquire(id string) *psession {
 		ps = &psession{id: id, blocks: wire.NewEncodeCache()}
 		s.sessions[id] = ps
 		ps.elem = s.lru.PushFront(ps)
-		for s.lru.Len() > s.cfg.MaxSessions {
-			old := s.lru.Back()
-			o := old.Value.(*psession)
-			s.lru.Remove(old)
-			delete(s.sessions, o.id)
+		for e := s.lru.Back(); e != nil && s.lru.Len() > s.cfg.MaxSessions; {
+			o := e.Value.(*psession)
+			e = e.Prev()
+			if o.users == 0 {
+				s.lru.Remove(o.elem)
+				delete(s.sessions, o.id)
+			}
 		}
 	} else {
 		s.lru.MoveToFront(ps.elem)
 	}
+	ps.users++
 	s.sessMu.Unlock()
 	ps.mu.Lock()
 	return ps
+}
+
+// release ends a use of ps that acquire counted (nil: none).
+func (s *Server) release(ps *psession) {
+	if ps == nil {
+		return
+	}
+	s.sessMu.Lock()
+	ps.users--
+	s.sessMu.Unlock()
+}
+
+// put unlocks ps and releases it.
+func (s *Server) put(ps *psession) {
+	ps.mu.Unlock()
+	s.release(ps)
 }
 
 // load (re)loads ps from the store under manager m. Called with ps.mu held.
@@ -348,7 +421,8 @@ var errBranch = errors.New("proxy: history diverged")
 // returns errBranch (and appends nothing) when the stored history is not a prefix of the
 // incoming one. Called with ps.mu held.
 func (s *Server) sync(ctx context.Context, ps *psession, m *managed, key managerKey, system []chat.Message, tools []chat.Tool, msgs []chat.Message, hashes []nhash) error {
-	if ps.sess == nil || ps.key != key {
+	if ps.sess == nil || ps.mgr != m {
+		// New, or its Manager is another (another key, or one closed past maxManagers).
 		if err := s.load(ctx, ps, m, key, system, tools); err != nil {
 			return err
 		}
@@ -533,7 +607,7 @@ func sessionKey(header string, req *chat.Request, msgs []chat.Message) (id, sour
 }
 
 // openSession finds the session for the incoming history and syncs it. It returns the
-// session locked.
+// session locked and in use (acquire): the caller unlocks it, and releases it once done.
 //
 // The sessions of one key (a header, a metadata.user_id, a hash) form a family, and every id
 // in it is derived from the history, so that the family is found again after a restart
@@ -559,7 +633,7 @@ func (s *Server) openSession(ctx context.Context, base string, m *managed, key m
 		if errors.Is(err, errBranch) {
 			k = commonPrefix(ps.hashes, hashes)
 		}
-		ps.mu.Unlock()
+		s.put(ps)
 		if !errors.Is(err, errBranch) {
 			return nil, false, err
 		}
@@ -636,9 +710,9 @@ func (s *Server) recentBranch(ctx context.Context, ps *psession, id string, m *m
 	best, bestN := "", -1
 	for _, b := range ids {
 		bp := s.acquire(b)
-		if bp.sess == nil || bp.key != key {
+		if bp.sess == nil || bp.mgr != m {
 			if err := s.load(ctx, bp, m, key, req.System, req.Tools); err != nil {
-				bp.mu.Unlock()
+				s.put(bp)
 				return "", err
 			}
 		}
@@ -646,7 +720,7 @@ func (s *Server) recentBranch(ctx context.Context, ps *psession, id string, m *m
 		if n > bestN && n <= len(hashes) && slices.Equal(bp.hashes, hashes[:n]) {
 			best, bestN = b, n
 		}
-		bp.mu.Unlock()
+		s.put(bp)
 	}
 	return best, nil
 }
@@ -676,7 +750,7 @@ func (s *Server) continueBranch(ctx context.Context, id string, m *managed, key 
 	if err == nil {
 		return s.opened(ps, true), true, nil
 	}
-	ps.mu.Unlock()
+	s.put(ps)
 	if errors.Is(err, errBranch) {
 		return nil, false, nil
 	}
