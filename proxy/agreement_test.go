@@ -48,7 +48,7 @@ func (u *recordingUpstream) RoundTrip(r *http.Request) (*http.Response, error) {
 // a provider with a prompt cache bills them, without any of replay's code: every token of a
 // body is input; the longest run of leading messages a body shares with the one before (the
 // same tools and system first) is served from the cache when it is at least 1,024 tokens.
-// Anthropic's prices: uncached 1.25, cached 0.1.
+// OpenAI's prices, as for every chat-completions request: uncached 1.0, cached 0.1.
 func independentCost(t *testing.T, c tokens.Counter, bodies [][]byte) float64 {
 	t.Helper()
 	var prevMsgs []json.RawMessage
@@ -95,16 +95,17 @@ func independentCost(t *testing.T, c tokens.Counter, bodies [][]byte) float64 {
 		if shared < 1024 {
 			shared = 0
 		}
-		cost += float64(total-shared)*1.25 + float64(shared)*0.1
+		cost += float64(total-shared)*1.0 + float64(shared)*0.1
 		prevMsgs, prevTools = body.Messages, body.Tools
 	}
 	return cost / 1e6
 }
 
 // What replay reports is what the proxy costs: real runs sent call by call through the proxy
-// (default preset), the requests it forwards priced by an independent rule, cost the same share
-// of the client's own requests as replay says, within 2 points, at a window where nothing
-// compacts and at one where the runs must be cut.
+// (default preset) as chat completions, the requests it forwards priced by an independent rule
+// at OpenAI's prices (which the proxy decides OpenAI-format requests by), cost the same share of
+// the client's own requests as replay says under --profile openai, within 2 points, at a window
+// where nothing compacts and at one where the runs must be cut.
 //
 // CTXMGR_AGREEMENT_DIR=../../shared/data/trajectories/openhands-tuning measures other runs
 // (chat-completions JSON files), for the benchmark page.
@@ -166,13 +167,13 @@ func TestReplayAgreesWithTheProxy(t *testing.T) {
 				managed += independentCost(t, counter, up.bodies)
 			}
 			res, err := replay.Run(context.Background(), runs, replay.Options{Window: w.window, MaxOutput: w.maxOutput,
-				Strategies: []string{replay.StrategyRaw, "default"}, Counter: tokens.NewCache(counter, 1<<16)})
+				Strategies: []string{replay.StrategyRaw, "default"}, Profile: "openai", Counter: tokens.NewCache(counter, 1<<16)})
 			if err != nil {
 				t.Fatal(err)
 			}
 			var replayRaw, replayDefault float64
 			for _, s := range res.Strategies {
-				c := (float64(s.InputTokens-s.CachedTokens)*1.25 + float64(s.CachedTokens)*0.1) / 1e6
+				c := (float64(s.InputTokens-s.CachedTokens)*1.0 + float64(s.CachedTokens)*0.1) / 1e6
 				if s.Name == replay.StrategyRaw {
 					replayRaw = c
 				} else {
