@@ -136,6 +136,15 @@ type Config struct {
 	// for every upstream; absent upstreams are ProviderContextAuto.
 	ProviderContext map[string]ProviderContextMode
 
+	// UILoopback says that the Handler is served on a loopback address only (ctxmgr serve
+	// sets it from its listen address): the session inspector (/ui/, see inspector.go) is
+	// then served without a token. Otherwise, the default, it is served only when UIToken
+	// is set, and /ui/ answers 403.
+	UILoopback bool
+	// UIToken, if set, must be carried by every inspector request, on any address: as
+	// "Authorization: Bearer TOKEN", or as the cookie a first "?token=TOKEN" sets.
+	UIToken string
+
 	// knownWindows is set when Window was left zero: then the built-in table of common models
 	// applies before the 200000 default. An explicit Window applies to every model that no
 	// Models entry names.
@@ -326,19 +335,21 @@ func longestPrefix(list []ModelLimits, model string) (ModelLimits, bool) {
 //	  "summarizer": {"format": "openai", "model": "gpt-4o-mini", "key_env": "OPENAI_API_KEY", "timeout": "60s"}
 //	}
 type FileConfig struct {
-	Listen            string        `json:"listen,omitempty"`
-	UpstreamOpenAI    string        `json:"upstream_openai,omitempty"`
-	UpstreamAnthropic string        `json:"upstream_anthropic,omitempty"`
-	Store             string        `json:"store,omitempty"`
-	Window            int           `json:"window,omitempty"`
-	MaxOutput         int           `json:"max_output,omitempty"`
-	Preset            string        `json:"preset,omitempty"`
-	MaxBodyBytes      int64         `json:"max_body_bytes,omitempty"`
-	UpstreamTimeout   Duration      `json:"upstream_timeout,omitempty"`
-	ShutdownTimeout   Duration      `json:"shutdown_timeout,omitempty"`
-	DisableReadTool   bool          `json:"disable_read_tool,omitempty"`
-	Routes            []Route       `json:"routes,omitempty"`
-	Models            []ModelLimits `json:"models,omitempty"`
+	Listen            string   `json:"listen,omitempty"`
+	UpstreamOpenAI    string   `json:"upstream_openai,omitempty"`
+	UpstreamAnthropic string   `json:"upstream_anthropic,omitempty"`
+	Store             string   `json:"store,omitempty"`
+	Window            int      `json:"window,omitempty"`
+	MaxOutput         int      `json:"max_output,omitempty"`
+	Preset            string   `json:"preset,omitempty"`
+	MaxBodyBytes      int64    `json:"max_body_bytes,omitempty"`
+	UpstreamTimeout   Duration `json:"upstream_timeout,omitempty"`
+	ShutdownTimeout   Duration `json:"shutdown_timeout,omitempty"`
+	DisableReadTool   bool     `json:"disable_read_tool,omitempty"`
+	// UIToken is Config.UIToken (`ctxmgr serve --ui-token`).
+	UIToken string        `json:"ui_token,omitempty"`
+	Routes  []Route       `json:"routes,omitempty"`
+	Models  []ModelLimits `json:"models,omitempty"`
 	// ProviderContext is Config.ProviderContext: {"*": "local", "https://relay.example": "passthrough"}.
 	ProviderContext map[string]ProviderContextMode `json:"provider_context,omitempty"`
 	// Summarizer configures an LLM summarizer (`ctxmgr serve --summarizer-*`); absent: the
