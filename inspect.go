@@ -29,7 +29,7 @@ type MessageView struct {
 	// View is the message as sent (the zero Message when archived).
 	View chat.Message `json:"view"`
 	// Offload is where the full text of an offloaded, masked or truncated tool result is, if
-	// it was stored.
+	// it was stored (none for an archived message: the archive holds its original).
 	Offload *store.Offloaded `json:"offload,omitempty"`
 }
 
@@ -43,17 +43,19 @@ func (s *Session) Views() []MessageView {
 	for i := range s.entries {
 		e := &s.entries[i]
 		v := MessageView{Pos: i, Role: e.orig.Role}
-		if e.off != nil {
-			off := *e.off
-			v.Offload = &off
-		}
 		switch {
 		case i == s.pinned:
 			v.State, v.Tokens, v.View = StatePinned, e.tokens, e.view.Clone()
 		case i < s.start:
 			v.State = StateArchived
+			out[i] = v
+			continue // its original is in the archive
 		default:
 			v.State, v.Tokens, v.View = e.kind.String(), e.tokens, e.view.Clone()
+		}
+		if e.off != nil {
+			off := *e.off
+			v.Offload = &off
 		}
 		out[i] = v
 	}

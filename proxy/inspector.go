@@ -54,11 +54,17 @@ type cachedRow struct {
 // mountInspector starts the request recorder and registers the inspector's routes.
 func (s *Server) mountInspector(mux *http.ServeMux) {
 	in := &inspector{s: s, rows: map[string]cachedRow{}}
-	in.rec = newRecorder(s.cfg.Store, s.log)
-	in.rec.onWrite = in.invalidate
+	in.rec = newRecorder(s.cfg.Store, s.log, in.invalidate)
 	s.insp = in
 	static, _ := fs.Sub(inspectorFiles, "inspector_ui")
-	files := http.FileServerFS(static)
+	fileServer := http.FileServerFS(static)
+	files := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "" || strings.HasSuffix(r.URL.Path, "/") {
+			http.NotFound(w, r) // no directory listings
+			return
+		}
+		fileServer.ServeHTTP(w, r)
+	})
 	page := func(name string) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			b, err := fs.ReadFile(static, name)

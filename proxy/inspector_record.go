@@ -156,8 +156,8 @@ type recItem struct {
 // recorderQueue is how many records wait for the Store at most.
 const recorderQueue = 4096
 
-func newRecorder(st store.Store, log *slog.Logger) *recorder {
-	rc := &recorder{st: st, log: log, ch: make(chan recItem, recorderQueue), done: make(chan struct{})}
+func newRecorder(st store.Store, log *slog.Logger, onWrite func(id string, r RequestRecord)) *recorder {
+	rc := &recorder{st: st, log: log, ch: make(chan recItem, recorderQueue), done: make(chan struct{}), onWrite: onWrite}
 	go rc.run()
 	return rc
 }

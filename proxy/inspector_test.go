@@ -196,6 +196,27 @@ func TestInspectorJSON(t *testing.T) {
 	if offloaded == 0 {
 		t.Errorf("no live message has a stored full text: %v", states)
 	}
+	// After a restart the session is no longer live: it is loaded from the store, the same.
+	e.start()
+	base = e.px.URL + "/ui/api/sessions"
+	var again SessionDetail
+	if code := getJSONAs(t, base+"/"+id, &again); code != 200 || again.Live || again.Window != d.Window || again.Summary.Version != d.Summary.Version {
+		t.Errorf("after a restart: %d live %v window %+v (was %+v)", code, again.Live, again.Window, d.Window)
+	}
+	var ms2 struct{ Messages []MessageRow }
+	getJSONAs(t, base+"/"+id+"/messages", &ms2)
+	if fmt.Sprint(ms2.Messages) != fmt.Sprint(ms.Messages) {
+		for i := range ms.Messages {
+			if i < len(ms2.Messages) && fmt.Sprint(ms2.Messages[i]) != fmt.Sprint(ms.Messages[i]) {
+				t.Errorf("after a restart message %d is %+v, was %+v", i, ms2.Messages[i], ms.Messages[i])
+			}
+		}
+		t.Errorf("after a restart the messages differ (%d, were %d)", len(ms2.Messages), len(ms.Messages))
+	}
+	if getJSONAs(t, base+"/"+id+"/timeline", &tl); len(tl.Requests) != 34 {
+		t.Errorf("after a restart: %d requests in the timeline", len(tl.Requests))
+	}
+
 	// A new request moves the revision the pages poll.
 	var rev struct{ Rev int64 }
 	getJSONAs(t, e.px.URL+"/ui/api/rev", &rev)
@@ -264,6 +285,12 @@ func TestInspectorSafety(t *testing.T) {
 	}
 	if rec := do(lo, "POST", "http://127.0.0.1:8088/ui/api/sessions", nil); rec.Code != http.StatusMethodNotAllowed {
 		t.Errorf("POST: %d", rec.Code)
+	}
+	if rec := do(lo, "GET", "http://127.0.0.1:8088/ui/assets/", nil); rec.Code != http.StatusNotFound {
+		t.Errorf("the assets' directory is listed: %d", rec.Code)
+	}
+	if rec := do(lo, "GET", "http://127.0.0.1:8088/ui/assets/app.js", nil); rec.Code != http.StatusOK || !strings.Contains(rec.Header().Get("Content-Type"), "javascript") {
+		t.Errorf("app.js: %d %s", rec.Code, rec.Header().Get("Content-Type"))
 	}
 	if rec := do(lo, "GET", "http://127.0.0.1:8088/ui/nothing-here", nil); rec.Code != http.StatusNotFound {
 		t.Errorf("an unknown inspector path: %d (never passed upstream)", rec.Code)

@@ -357,6 +357,7 @@ async function sessionPage() {
   // #msg-N opens message N (a link to a message).
   const linked = /^#msg-(\d+)$/.exec(location.hash);
   if (linked) openSet.add(Number(linked[1]));
+  let seen = null;
   async function draw() {
     const status = $('#session-status');
     // A redraw keeps the keyboard focus where it was.
@@ -364,7 +365,12 @@ async function sessionPage() {
     const focusSel = focused && focused.closest && focused.closest('details.msg') ? '#' + focused.closest('details.msg').id + ' > summary'
       : focused && focused.id ? '#' + focused.id : null;
     try {
-      const [d, tl, sv, ms] = await Promise.all([getJSON(base), getJSON(base + '/timeline'), getJSON(base + '/summaries'), getJSON(base + '/messages')]);
+      const d = await getJSON(base);
+      // Other sessions' requests move the counter too: redraw only when this one changed.
+      const key = [d.messages, d.summary_version, d.requests, d.window.input, d.last_activity].join('|');
+      if (key === seen) return;
+      const [tl, sv, ms] = await Promise.all([getJSON(base + '/timeline'), getJSON(base + '/summaries'), getJSON(base + '/messages')]);
+      seen = key;
       const meta = [d.live ? 'live' : 'stored', d.model, d.client, d.preset && 'preset ' + d.preset, d.counter && 'counted with ' + d.counter,
         num(d.messages) + ' messages', 'last activity ' + ago(d.last_activity)].filter(Boolean);
       $('#session-meta').textContent = meta.join(' · ');
