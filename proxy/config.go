@@ -335,26 +335,26 @@ func longestPrefix(list []ModelLimits, model string) (ModelLimits, bool) {
 //	  "summarizer": {"format": "openai", "model": "gpt-4o-mini", "key_env": "OPENAI_API_KEY", "timeout": "60s"}
 //	}
 type FileConfig struct {
-	Listen            string   `json:"listen,omitempty"`
-	UpstreamOpenAI    string   `json:"upstream_openai,omitempty"`
-	UpstreamAnthropic string   `json:"upstream_anthropic,omitempty"`
-	Store             string   `json:"store,omitempty"`
-	Window            int      `json:"window,omitempty"`
-	MaxOutput         int      `json:"max_output,omitempty"`
-	Preset            string   `json:"preset,omitempty"`
-	MaxBodyBytes      int64    `json:"max_body_bytes,omitempty"`
-	UpstreamTimeout   Duration `json:"upstream_timeout,omitempty"`
-	ShutdownTimeout   Duration `json:"shutdown_timeout,omitempty"`
-	DisableReadTool   bool     `json:"disable_read_tool,omitempty"`
-	// UIToken is Config.UIToken (`ctxmgr serve --ui-token`).
-	UIToken string        `json:"ui_token,omitempty"`
-	Routes  []Route       `json:"routes,omitempty"`
-	Models  []ModelLimits `json:"models,omitempty"`
+	Listen            string        `json:"listen,omitempty"`
+	UpstreamOpenAI    string        `json:"upstream_openai,omitempty"`
+	UpstreamAnthropic string        `json:"upstream_anthropic,omitempty"`
+	Store             string        `json:"store,omitempty"`
+	Window            int           `json:"window,omitempty"`
+	MaxOutput         int           `json:"max_output,omitempty"`
+	Preset            string        `json:"preset,omitempty"`
+	MaxBodyBytes      int64         `json:"max_body_bytes,omitempty"`
+	UpstreamTimeout   Duration      `json:"upstream_timeout,omitempty"`
+	ShutdownTimeout   Duration      `json:"shutdown_timeout,omitempty"`
+	DisableReadTool   bool          `json:"disable_read_tool,omitempty"`
+	Routes            []Route       `json:"routes,omitempty"`
+	Models            []ModelLimits `json:"models,omitempty"`
 	// ProviderContext is Config.ProviderContext: {"*": "local", "https://relay.example": "passthrough"}.
 	ProviderContext map[string]ProviderContextMode `json:"provider_context,omitempty"`
 	// Summarizer configures an LLM summarizer (`ctxmgr serve --summarizer-*`); absent: the
 	// extractive one.
 	Summarizer *SummarizerConfig `json:"summarizer,omitempty"`
+	// UIToken is Config.UIToken (`ctxmgr serve --ui-token`).
+	UIToken string `json:"ui_token,omitempty"`
 }
 
 // SummarizerConfig is the "summarizer" object of the configuration file: the LLM that writes

@@ -1,11 +1,13 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"embed"
 	"encoding/json"
 	"errors"
+	"html/template"
 	"io/fs"
 	"net"
 	"net/http"
@@ -56,8 +58,8 @@ func (s *Server) mountInspector(mux *http.ServeMux) {
 	in := &inspector{s: s, rows: map[string]cachedRow{}}
 	in.rec = newRecorder(s.cfg.Store, s.log, in.invalidate)
 	s.insp = in
-	static, _ := fs.Sub(inspectorFiles, "inspector_ui")
-	fileServer := http.FileServerFS(static)
+	assets, _ := fs.Sub(inspectorFiles, "inspector_ui/assets")
+	fileServer := http.FileServerFS(assets)
 	files := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "" || strings.HasSuffix(r.URL.Path, "/") {
 			http.NotFound(w, r) // no directory listings
@@ -65,20 +67,24 @@ func (s *Server) mountInspector(mux *http.ServeMux) {
 		}
 		fileServer.ServeHTTP(w, r)
 	})
-	page := func(name string) http.HandlerFunc {
+	// Each page is the layout around its own main part.
+	page := func(name, title string) http.HandlerFunc {
+		t := template.Must(template.New("").Funcs(template.FuncMap{"lower": strings.ToLower}).
+			ParseFS(inspectorFiles, "inspector_ui/pages/layout.html", "inspector_ui/pages/"+name+".html"))
+		data := struct{ Page, Title string }{name, title}
 		return func(w http.ResponseWriter, r *http.Request) {
-			b, err := fs.ReadFile(static, name)
-			if err != nil {
+			var b bytes.Buffer
+			if err := t.ExecuteTemplate(&b, "layout", data); err != nil {
 				http.Error(w, err.Error(), http.StatusInternalServerError)
 				return
 			}
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
-			_, _ = w.Write(b)
+			_, _ = w.Write(b.Bytes())
 		}
 	}
 	routes := map[string]http.HandlerFunc{
-		"GET /ui/{$}":                                 page("index.html"),
-		"GET /ui/sessions/{id}":                       page("session.html"),
+		"GET /ui/{$}":                                 page("list", "Sessions"),
+		"GET /ui/sessions/{id}":                       page("session", "Session"),
 		"GET /ui/assets/":                             http.StripPrefix("/ui/assets/", files).ServeHTTP,
 		"GET /ui/api/rev":                             in.apiRev,
 		"GET /ui/api/sessions":                        in.apiSessions,

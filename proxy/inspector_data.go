@@ -67,16 +67,10 @@ type Money struct {
 	Prices PriceProfile `json:"prices"`
 }
 
-// Step is one pipeline step of a request (ctxmgr.Event as the store keeps it).
+// Step is one pipeline step of a request: the Manager's event and when the store recorded it.
 type Step struct {
-	At             time.Time `json:"at"`
-	Step           string    `json:"step"`
-	Reason         string    `json:"reason,omitempty"`
-	Before         int       `json:"before"`
-	After          int       `json:"after"`
-	Freed          int       `json:"freed"`
-	Messages       int       `json:"messages"`
-	ExpectedSaving float64   `json:"expected_saving,omitempty"`
+	At time.Time `json:"at"`
+	ctxmgr.Event
 }
 
 // TimelineEntry is one request of a session with the steps the pipeline ran on it.
@@ -116,8 +110,7 @@ func buildTimeline(evs []store.Event) Timeline {
 		if json.Unmarshal(e.Body, &ev) != nil {
 			continue
 		}
-		steps = append(steps, Step{At: e.At.UTC(), Step: string(ev.Step), Reason: ev.Reason, Before: ev.Before, After: ev.After,
-			Freed: ev.Freed, Messages: ev.Messages, ExpectedSaving: ev.ExpectedSaving})
+		steps = append(steps, Step{At: e.At.UTC(), Event: ev})
 	}
 	// Records are written once a request is answered: order them by when they started.
 	slices.SortStableFunc(tl.Requests, func(a, b TimelineEntry) int { return a.Start.Compare(b.Start) })

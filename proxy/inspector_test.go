@@ -116,7 +116,7 @@ func TestInspectorJSON(t *testing.T) {
 			t.Errorf("request %d: sent %d more than the client's %d", r.N, r.Sent, r.Raw)
 		}
 		for _, s := range r.Steps {
-			if s.Step == string(ctxmgr.StepSummarize) {
+			if s.Step == ctxmgr.StepSummarize {
 				compactions++
 				if s.Freed <= 0 || s.Reason == "" {
 					t.Errorf("compaction step %+v", s)

@@ -82,25 +82,17 @@ func LoadStored(ctx context.Context, st store.Store, id string, o StoredOverride
 		return nil, err
 	}
 	out := &Stored{Preset: ctxmgr.PresetDefault, Window: 200000, MaxOutput: 32000, Snapshot: found}
-	if found {
-		if snap.Preset != "" {
-			out.Preset = snap.Preset
+	// The snapshot (zero when none was found) over the defaults, the overrides over both.
+	for _, src := range []StoredOverrides{{Preset: snap.Preset, Window: snap.Window, MaxOutput: snap.MaxOutput}, o} {
+		if src.Preset != "" {
+			out.Preset = src.Preset
 		}
-		if snap.Window > 0 {
-			out.Window = snap.Window
+		if src.Window > 0 {
+			out.Window = src.Window
 		}
-		if snap.MaxOutput > 0 {
-			out.MaxOutput = snap.MaxOutput
+		if src.MaxOutput > 0 {
+			out.MaxOutput = src.MaxOutput
 		}
-	}
-	if o.Preset != "" {
-		out.Preset = o.Preset
-	}
-	if o.Window > 0 {
-		out.Window = o.Window
-	}
-	if o.MaxOutput > 0 {
-		out.MaxOutput = o.MaxOutput
 	}
 	if out.MaxOutput >= out.Window {
 		return nil, fmt.Errorf("%w: max output %d must be smaller than the window %d", ctxmgr.ErrInvalidConfig, out.MaxOutput, out.Window)

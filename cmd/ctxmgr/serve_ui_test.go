@@ -3,6 +3,7 @@ package main
 import (
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -53,6 +54,19 @@ func TestServeInspectorSafety(t *testing.T) {
 	}
 	if code := get(local(addr)+"/ui/api/sessions", "s3cret"); code != http.StatusOK {
 		t.Errorf("with the token: %d, want 200", code)
+	}
+
+	// The configuration file's "ui_token" is the flag's.
+	conf := filepath.Join(t.TempDir(), "ctxmgr.json")
+	if err := os.WriteFile(conf, []byte(`{"ui_token": "from-the-file"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr, _ = startServe(t, "--upstream-openai", "http://127.0.0.1:1", "--store", db(), "--listen", "0.0.0.0:0", "--config", conf)
+	if code := get(local(addr)+"/ui/api/sessions", ""); code != http.StatusUnauthorized {
+		t.Errorf("token from the file, none given: %d, want 401", code)
+	}
+	if code := get(local(addr)+"/ui/api/sessions", "from-the-file"); code != http.StatusOK {
+		t.Errorf("token from the file: %d, want 200", code)
 	}
 
 	addr, _ = startServe(t, "--upstream-openai", "http://127.0.0.1:1", "--store", db())
