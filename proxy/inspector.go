@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ctxmgr/ctxmgr/chat"
 	"github.com/ctxmgr/ctxmgr/store"
 )
 
@@ -43,6 +44,9 @@ type inspector struct {
 	rec *recorder
 
 	mu sync.Mutex
+	// last is each session's last prepared request (Server.prepared), for the next one's
+	// record; at most maxLastSent sessions.
+	last map[string]*chat.Request
 	// rows caches each session's list row, valid while the session's Updated time is the
 	// one cached and no request was recorded for it since.
 	rows map[string]cachedRow
@@ -55,7 +59,7 @@ type cachedRow struct {
 
 // mountInspector starts the request recorder and registers the inspector's routes.
 func (s *Server) mountInspector(mux *http.ServeMux) {
-	in := &inspector{s: s, rows: map[string]cachedRow{}}
+	in := &inspector{s: s, rows: map[string]cachedRow{}, last: map[string]*chat.Request{}}
 	in.rec = newRecorder(s.cfg.Store, s.log, in.invalidate)
 	s.insp = in
 	assets, _ := fs.Sub(inspectorFiles, "inspector_ui/assets")
@@ -109,6 +113,21 @@ func (in *inspector) close() {
 	if in != nil {
 		in.rec.close()
 	}
+}
+
+// maxLastSent bounds the sessions whose last prepared request the inspector keeps.
+const maxLastSent = 4096
+
+// swapLast records the session's latest prepared request and returns the one before it.
+func (in *inspector) swapLast(id string, r *chat.Request) *chat.Request {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	prev := in.last[id]
+	if prev == nil && len(in.last) >= maxLastSent {
+		clear(in.last)
+	}
+	in.last[id] = r
+	return prev
 }
 
 func (in *inspector) invalidate(id string, _ RequestRecord) {

@@ -37,7 +37,7 @@ func browse(t *testing.T, bin, url, shot string, height int) string {
 		defer cancel()
 		all := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
 			"--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
-			"--disable-extensions", "--hide-scrollbars", "--user-data-dir=" + t.TempDir(), "--virtual-time-budget=4000"}, args...)
+			"--disable-extensions", "--hide-scrollbars", "--user-data-dir=" + t.TempDir(), "--virtual-time-budget=2500"}, args...)
 		cmd := exec.CommandContext(ctx, bin, append(all, url)...)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr

@@ -47,9 +47,8 @@ type SessionRow struct {
 type Money struct {
 	// Cost is what the requests sent cost: the cache reads and other input the provider
 	// reported at the profile's cached and uncached prices, or, for a request whose answer
-	// reported no cache figures, an estimate: what the previous request sent is read from
-	// the cache (only the system prompt and tools when the pipeline changed the prefix), the
-	// rest is uncached.
+	// reported no cache figures, an estimate: its start that the previous request sent
+	// identically (RequestRecord.Kept) is read from the cache, the rest is uncached.
 	Cost float64 `json:"cost"`
 	// CostAll is the same for the client's own requests (sending everything), estimated
 	// with a perfect prompt cache: each request's prefix that the previous one sent is read
@@ -143,10 +142,7 @@ func buildTimeline(evs []store.Event) Timeline {
 		case e.CacheRead > 0 || e.CacheWrite > 0:
 			e.Cost = float64(e.CacheRead)*p.Cached + float64(e.Input-e.CacheRead)*p.Uncached
 		default:
-			cached := min(prevSent, e.Sent)
-			if e.PrefixChanged {
-				cached = min(prevSent, e.Fixed)
-			}
+			cached := min(prevSent, e.Kept, e.Sent)
 			e.Cost = float64(cached)*p.Cached + float64(e.Sent-cached)*p.Uncached
 			e.Estimated = true
 		}

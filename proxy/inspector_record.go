@@ -10,7 +10,9 @@ import (
 	"time"
 
 	ctxmgr "github.com/ctxmgr/ctxmgr"
+	"github.com/ctxmgr/ctxmgr/chat"
 	"github.com/ctxmgr/ctxmgr/store"
+	"github.com/ctxmgr/ctxmgr/tokens"
 	"github.com/ctxmgr/ctxmgr/wire"
 )
 
@@ -50,9 +52,11 @@ type RequestRecord struct {
 	Output     int `json:"output"`
 	// PrefixChanged: the request did not begin with the previous request's messages (the
 	// pipeline rewrote history already sent), so the provider's prompt cache missed from the
-	// change on; Fixed is its system prompt and tool definitions, which stay cached.
+	// change on. Kept is the tokens at its start that the previous forwarded request of the
+	// session sent identically (system prompt, tools and the messages up to the first that
+	// differs): what a prompt cache can serve.
 	PrefixChanged bool `json:"prefix_changed,omitempty"`
-	Fixed         int  `json:"fixed"`
+	Kept          int  `json:"kept"`
 	// Reads are the ctxmgr_read round trips answered; Recovered the overflows recovered.
 	Reads     int `json:"reads,omitempty"`
 	Recovered int `json:"recovered,omitempty"`
@@ -67,17 +71,25 @@ type PriceProfile struct {
 }
 
 // callUsage is what the recorder keeps of one client request while it runs: the usage the
-// upstream reported, summed over its calls, and whether the pipeline changed the prefix.
+// upstream reported, summed over its calls; whether the pipeline changed the prefix; the
+// request it prepared and the one it prepared for the session's previous request.
 type callUsage struct {
-	calls   int
-	u       wire.Usage
-	changed bool
-	fixed   int
+	calls     int
+	u         wire.Usage
+	changed   bool
+	cur, prev *chat.Request
 }
 
-// prepared notes what the pipeline reported for the request.
-func (c *callUsage) prepared(r *ctxmgr.Report) {
-	c.changed, c.fixed = r.PrefixChanged, r.After.System+r.After.Tools
+// prepared notes what the pipeline prepared for a request, with the session locked: the
+// requests of a session are noted in the order they were prepared, whatever the order in
+// which they end.
+func (s *Server) prepared(x *exchange, p *ctxmgr.Prepared) {
+	if s.insp == nil || len(p.Request.Messages) == 0 {
+		return
+	}
+	cur := &chat.Request{System: p.Request.System, Tools: p.Request.Tools, Messages: p.Request.Messages}
+	x.usage.changed, x.usage.cur = p.Report.PrefixChanged, cur
+	x.usage.prev = s.insp.swapLast(x.id, cur)
 }
 
 // noteUsage adds an upstream call's reported usage (none: nothing).
@@ -94,11 +106,7 @@ func (x *exchange) noteUsage(u wire.Usage) {
 
 // clientName is the first product token of a User-Agent, restricted to a safe alphabet.
 func clientName(ua string) string {
-	f := strings.Fields(ua)
-	if len(f) == 0 {
-		return ""
-	}
-	name := f[0]
+	name, _, _ := strings.Cut(strings.TrimSpace(ua), " ")
 	if len(name) > 64 {
 		name = name[:64]
 	}
@@ -122,12 +130,18 @@ func (s *Server) record(x *exchange, status int, start time.Time) {
 		Client: clientName(x.r.Header.Get("User-Agent")), Format: x.format, Status: status, Managed: x.managed,
 		Raw: x.before, Sent: x.sentN, Window: x.window,
 		Calls: x.usage.calls, Input: x.usage.u.Input, CacheRead: x.usage.u.CacheRead, CacheWrite: x.usage.u.CacheWrite,
-		Output: x.usage.u.Output, Reads: x.reads, Recovered: x.recovered, PrefixChanged: x.usage.changed, Fixed: x.usage.fixed,
+		Output: x.usage.u.Output, Reads: x.reads, Recovered: x.recovered, PrefixChanged: x.usage.changed,
 		Prices: PriceProfile{Uncached: p.Uncached, Cached: p.Cached}}
-	if x.managed && r.Sent == 0 && len(x.sent.Messages) > 0 {
-		r.Sent = x.mgr.m.Config().Counter.Request(&x.sent).Total
+	it := recItem{id: x.id, r: r}
+	if x.managed {
+		// Counted by the recorder, beside the requests: what this request shares with the
+		// previous one, and its size when the pipeline did not report it.
+		it.counter, it.cur, it.prev = x.mgr.m.Config().Counter, x.usage.cur, x.usage.prev
+		if r.Sent == 0 {
+			it.sent = &chat.Request{System: x.sent.System, Tools: x.sent.Tools, Messages: x.sent.Messages}
+		}
 	}
-	s.insp.rec.put(x.id, r)
+	s.insp.rec.put(it)
 }
 
 // recorder writes request records to the Store from one goroutine, in order. Records are a
@@ -151,6 +165,11 @@ type recorder struct {
 type recItem struct {
 	id string
 	r  RequestRecord
+	// counter counts, for a managed request: sent, the request forwarded when its size is
+	// not known yet; what cur, the request prepared, shares with prev, the session's
+	// previously prepared one.
+	counter         tokens.Counter
+	sent, cur, prev *chat.Request
 }
 
 // recorderQueue is how many records wait for the Store at most.
@@ -162,22 +181,28 @@ func newRecorder(st store.Store, log *slog.Logger, onWrite func(id string, r Req
 	return rc
 }
 
-func (rc *recorder) put(id string, r RequestRecord) {
+func (rc *recorder) put(it recItem) {
 	rc.mu.RLock()
 	defer rc.mu.RUnlock()
 	if rc.closed {
 		return
 	}
 	select {
-	case rc.ch <- recItem{id, r}:
+	case rc.ch <- it:
 	default:
-		rc.log.Warn("proxy: request record dropped: the store is behind", slog.String("session", id))
+		rc.log.Warn("proxy: request record dropped: the store is behind", slog.String("session", it.id))
 	}
 }
 
 func (rc *recorder) run() {
 	defer close(rc.done)
 	for it := range rc.ch {
+		if it.sent != nil {
+			it.r.Sent = it.counter.Request(it.sent).Total
+		}
+		if it.cur != nil {
+			it.r.Kept = keptTokens(it.prev, it.cur, it.counter)
+		}
 		b, err := json.Marshal(it.r)
 		if err == nil {
 			err = rc.st.AppendEvent(context.Background(), it.id, RequestEventKind, b)
@@ -202,6 +227,29 @@ func (rc *recorder) close() {
 	}
 	rc.mu.Unlock()
 	<-rc.done
+}
+
+// keptTokens is the tokens at the start of cur that prev sent identically: the system prompt
+// and tools when they are the same, then the messages up to the first that differs (the
+// prepared requests of a session share the messages they have in common, which
+// chat.Message.Shares sees at once; others are compared by their normalized hash). No
+// previous request: 0.
+func keptTokens(prev, cur *chat.Request, c tokens.Counter) int {
+	if prev == nil || hashSetup(prev.System, prev.Tools) != hashSetup(cur.System, cur.Tools) {
+		return 0
+	}
+	n := c.Request(&chat.Request{System: cur.System, Tools: cur.Tools}).Total
+	for i := range cur.Messages {
+		if i >= len(prev.Messages) {
+			break
+		}
+		m, p := &cur.Messages[i], &prev.Messages[i]
+		if !m.Shares(p) && normHash(m) != normHash(p) {
+			break
+		}
+		n += c.Message(m)
+	}
+	return n
 }
 
 // prices returns the profile as ctxmgr.Prices.

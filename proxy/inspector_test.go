@@ -127,6 +127,19 @@ func TestInspectorJSON(t *testing.T) {
 	if compactions == 0 {
 		t.Errorf("no compaction in the timeline: %+v", tl.Requests)
 	}
+	// What a request shares with the one before it: all of it when the prefix was kept, less
+	// when the pipeline rewrote what was sent.
+	for i := 1; i < len(tl.Requests); i++ {
+		r, prev := tl.Requests[i], tl.Requests[i-1]
+		switch {
+		case r.Kept > r.Sent:
+			t.Errorf("request %d kept %d of %d", r.N, r.Kept, r.Sent)
+		case !r.PrefixChanged && r.Kept != prev.Sent:
+			t.Errorf("request %d kept %d of the previous %d, its prefix unchanged", r.N, r.Kept, prev.Sent)
+		case r.PrefixChanged && r.Kept >= prev.Sent:
+			t.Errorf("request %d kept %d of the previous %d, its prefix changed", r.N, r.Kept, prev.Sent)
+		}
+	}
 	last := tl.Requests[len(tl.Requests)-1]
 	if last.Raw <= last.Sent {
 		t.Errorf("the last request sent %d of the client's %d", last.Sent, last.Raw)

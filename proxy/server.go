@@ -801,7 +801,7 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 		}
 	}
 	x.readTool = ps.readTool
-	x.usage.prepared(&p.Report) // inspector_record.go
+	s.prepared(x, &p) // inspector_record.go
 	// The client's request as the session counts it: its system and tools as Prepare found
 	// them (priming included), and the original history. Counted region by region, as
 	// InputAfter is: the calibrated counter of a model without an exact tokenizer scales
