@@ -69,7 +69,7 @@ function live(refresh) {
       const r = await getJSON('/ui/api/rev');
       if (rev !== null && r.rev !== rev) await refresh();
       rev = r.rev;
-      if (note) note.classList.remove('stale');
+      if (note && note.classList.contains('stale')) { note.textContent = 'Live: refreshed as requests arrive.'; note.classList.remove('stale'); }
     } catch (_) {
       if (note) { note.textContent = 'Not live: the proxy does not answer.'; note.classList.add('stale'); }
     } finally {
