@@ -139,6 +139,15 @@ type Config struct {
 	// for every upstream; absent upstreams are ProviderContextAuto.
 	ProviderContext map[string]ProviderContextMode
 
+	// UILoopback says that the Handler is served on a loopback address only (ctxmgr serve
+	// sets it from its listen address): the session inspector (/ui/, see inspector.go) is
+	// then served without a token. Otherwise, the default, it is served only when UIToken
+	// is set, and /ui/ answers 403.
+	UILoopback bool
+	// UIToken, if set, must be carried by every inspector request, on any address: as
+	// "Authorization: Bearer TOKEN", or as the cookie a first "?token=TOKEN" sets.
+	UIToken string
+
 	// knownWindows is set when Window was left zero: then the built-in table of common models
 	// applies before the 200000 default. An explicit Window applies to every model that no
 	// Models entry names.
@@ -349,6 +358,8 @@ type FileConfig struct {
 	// Summarizer configures an LLM summarizer (`ctxmgr serve --summarizer-*`); absent: the
 	// extractive one.
 	Summarizer *SummarizerConfig `json:"summarizer,omitempty"`
+	// UIToken is Config.UIToken (`ctxmgr serve --ui-token`).
+	UIToken string `json:"ui_token,omitempty"`
 }
 
 // SummarizerConfig is the "summarizer" object of the configuration file: the LLM that writes

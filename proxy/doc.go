@@ -22,7 +22,8 @@
 // nothing in it may change, so it is sent as is and not stored), does_not_fit (the system
 // prompt, tools and latest user message alone exceed the window), config, store (the session
 // store failed), provider_state (the provider keeps the history) and path (GET /v1/models and
-// other paths). GET /healthz answers "ok"; GET /metrics serves Prometheus metrics; any other
+// other paths). GET /healthz answers "ok"; GET /metrics serves Prometheus metrics; /ui/
+// serves the session inspector (inspector.go; Config.UILoopback, Config.UIToken); any other
 // path is passed through to the upstream its headers suggest (x-api-key or anthropic-version:
 // Anthropic; else OpenAI). POST /v1/messages/count_tokens is answered by the proxy for a known
 // session (the tokens of the request it would forward; see count.go), else passed through.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ctxmgr/ctxmgr/chat"
 	"github.com/ctxmgr/ctxmgr/proxy/sse"
+	"github.com/ctxmgr/ctxmgr/wire"
 )
 
 // responsesFilter filters a Responses API event stream (response.created,
@@ -32,10 +33,10 @@ type responsesFilter struct {
 	respID   json.RawMessage   // the first round's response id
 	other    bool
 	held     bool
-	prompt   int
+	prompt   wire.Usage
 }
 
-func (f *responsesFilter) usage() int { return f.prompt }
+func (f *responsesFilter) usage() wire.Usage { return f.prompt }
 
 type responsesEvent struct {
 	Type        string          `json:"type"`
@@ -55,8 +56,8 @@ func (f *responsesFilter) event(ev sse.Event) []byte {
 		return ev.Raw
 	}
 	if e.Response != nil {
-		if n := usageInput(FormatResponses, e.Response.Usage); n > 0 {
-			f.prompt = n
+		if u := usageInput(FormatResponses, e.Response.Usage); u.Input > 0 {
+			f.prompt = u
 		}
 	}
 	if !f.readTool {
@@ -200,7 +201,7 @@ func (f *responsesFilter) pending() (chat.Message, []readCall) {
 func (f *responsesFilter) next() {
 	f.round++
 	f.offset += f.forward
-	f.forward, f.other, f.held, f.prompt = 0, false, false, 0
+	f.forward, f.other, f.held, f.prompt = 0, false, false, wire.Usage{}
 	f.idxMap, f.reads, f.items, f.order = nil, nil, nil, nil
 }
 

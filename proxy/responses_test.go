@@ -561,8 +561,8 @@ func TestResponsesFilter(t *testing.T) {
 	f := newFilter(FormatResponses, true)
 	got := runFilter(t, f, responsesEvents("resp_1", reasoning, text("msg_1", "let me look"), read))
 	asst, calls := f.pending()
-	if len(calls) != 1 || calls[0].ID != "call_r" || calls[0].Args != `{"ref":"x"}` || f.usage() != 1234 {
-		t.Fatalf("calls %+v usage %d", calls, f.usage())
+	if len(calls) != 1 || calls[0].ID != "call_r" || calls[0].Args != `{"ref":"x"}` || f.usage().Input != 1234 {
+		t.Fatalf("calls %+v usage %d", calls, f.usage().Input)
 	}
 	if len(asst.ToolCalls) != 1 || asst.Text() != "let me look" || len(asst.Content) != 2 || string(asst.Content[0].Raw) == "" {
 		t.Fatalf("assistant %+v", asst)

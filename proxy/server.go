@@ -59,6 +59,8 @@ type Server struct {
 	// seal authenticates the compaction tokens it issues (native_token.go).
 	native nativeState
 	seal   sealer
+	// insp is the session inspector (/ui/) and its record of requests (inspector*.go).
+	insp *inspector
 
 	closed atomic.Bool
 }
@@ -121,6 +123,7 @@ func newServer(cfg Config, addressed bool) (*Server, error) {
 	if s.gatherer != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}))
 	}
+	s.mountInspector(mux) // inspector.go
 	mux.HandleFunc("/", s.handlePassthrough)
 	s.mux = mux
 	return s, nil
@@ -138,6 +141,7 @@ func (s *Server) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
+	s.insp.close()
 	s.mgrMu.Lock()
 	defer s.mgrMu.Unlock()
 	for _, m := range s.managers {
@@ -380,6 +384,9 @@ type exchange struct {
 	// exp is the cached body the client's was expected to continue, compared while it was
 	// read (decode.go), until it is decoded.
 	exp *expected
+	// usage is what the inspector records of the request: the upstream's reported usage,
+	// summed over its calls, and what the pipeline reported (inspector_record.go).
+	usage callUsage
 }
 
 // startFlush writes the messages the request added to its session (deferred by
@@ -453,6 +460,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 	start := time.Now()
 	sw := &statusWriter{ResponseWriter: w}
 	attrs := []slog.Attr{slog.String("format", string(format)), slog.String("path", r.URL.Path)}
+	x := &exchange{s: s, w: sw, r: r, format: format, log: s.log}
 	defer func() {
 		status := sw.status
 		if status == 0 {
@@ -460,10 +468,9 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 		}
 		s.metrics.requests.WithLabelValues(string(format), strconv.Itoa(status)).Inc()
 		attrs = append(attrs, slog.Int("status", status), slog.Duration("duration", time.Since(start)))
+		s.record(x, status, start) // inspector_record.go
 		s.log.LogAttrs(r.Context(), slog.LevelInfo, "proxy request", attrs...)
 	}()
-
-	x := &exchange{s: s, w: sw, r: r, format: format, log: s.log}
 	defer x.releaseBodies()
 	body, err := x.readChatBody()
 	if x.cut != nil {
@@ -803,6 +810,7 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 		}
 	}
 	x.readTool = ps.readTool
+	s.prepared(x, &p) // inspector_record.go
 	// The client's request as the session counts it: its system and tools as Prepare found
 	// them (priming included), and the original history. Counted region by region, as
 	// InputAfter is: the calibrated counter of a model without an exact tokenizer scales
@@ -1046,8 +1054,11 @@ func (x *exchange) recover(ctx context.Context, status int, body []byte) ([]byte
 	return out, true
 }
 
-// observeUsage feeds the provider's reported input tokens to the calibrator.
-func (x *exchange) observeUsage(reported int) {
+// observeUsage feeds the provider's reported input tokens to the calibrator, and keeps the
+// usage for the inspector's record of the request (inspector_record.go).
+func (x *exchange) observeUsage(u wire.Usage) {
+	x.noteUsage(u)
+	reported := u.Input
 	if !x.managed || reported <= 0 || len(x.sent.Messages) == 0 {
 		return
 	}
@@ -1265,18 +1276,18 @@ func (x *exchange) withoutRead() ([]byte, error) {
 	return x.encode(chat.Request{System: req.System, Tools: stripReadTool(req.Tools), Messages: req.Messages}, 0)
 }
 
-// usageOf returns the input tokens a provider reports in a non-streamed answer, cached or not
-// (wire.DecodeResponse; 0 if it reports none).
-func usageOf(f Format, data []byte) int {
+// usageOf returns the usage a provider reports in a non-streamed answer (wire.DecodeResponse;
+// zero if it reports none).
+func usageOf(f Format, data []byte) wire.Usage {
 	r, err := wire.DecodeResponse(f, data)
 	if err != nil || !r.HasUsage {
-		return 0
+		return wire.Usage{}
 	}
-	return r.Usage.Input
+	return r.Usage
 }
 
-// usageInput is the input tokens of a usage object of a streamed event (0 if none).
-func usageInput(f Format, raw json.RawMessage) int {
+// usageInput is the usage object of a streamed event (zero if none).
+func usageInput(f Format, raw json.RawMessage) wire.Usage {
 	u, _ := wire.DecodeUsage(f, raw)
-	return u.Input
+	return u
 }

@@ -29,8 +29,8 @@ type streamFilter interface {
 	next()
 	// abort ends a held stream with a note instead of a follow-up.
 	abort(note string) []byte
-	// usage returns the input tokens reported in this round (0: none).
-	usage() int
+	// usage returns the usage reported in this round (zero: none).
+	usage() wire.Usage
 }
 
 func newFilter(f Format, readTool bool) streamFilter {
@@ -144,10 +144,10 @@ type openaiFilter struct {
 	other    bool
 	text     strings.Builder
 	held     bool
-	prompt   int
+	prompt   wire.Usage
 }
 
-func (f *openaiFilter) usage() int { return f.prompt }
+func (f *openaiFilter) usage() wire.Usage { return f.prompt }
 
 func (f *openaiFilter) sniffUsage(data []byte) {
 	if !bytes.Contains(data, []byte(`"prompt_tokens"`)) {
@@ -157,8 +157,8 @@ func (f *openaiFilter) sniffUsage(data []byte) {
 		Usage json.RawMessage `json:"usage"`
 	}
 	if json.Unmarshal(data, &v) == nil {
-		if n := usageInput(FormatOpenAI, v.Usage); n > 0 {
-			f.prompt = n
+		if u := usageInput(FormatOpenAI, v.Usage); u.Input > 0 {
+			f.prompt = u
 		}
 	}
 }
@@ -300,7 +300,7 @@ func (f *openaiFilter) pending() (chat.Message, []readCall) {
 
 func (f *openaiFilter) next() {
 	f.round++
-	f.captured, f.order, f.other, f.held, f.prompt = nil, nil, false, false, 0
+	f.captured, f.order, f.other, f.held, f.prompt = nil, nil, false, false, wire.Usage{}
 	f.text.Reset()
 }
 
@@ -339,10 +339,10 @@ type anthropicFilter struct {
 	reads     int
 	other     bool
 	held      bool
-	prompt    int
+	prompt    wire.Usage
 }
 
-func (f *anthropicFilter) usage() int { return f.prompt }
+func (f *anthropicFilter) usage() wire.Usage { return f.prompt }
 
 type anthropicEvent struct {
 	Type         string          `json:"type"`
@@ -501,7 +501,7 @@ func (f *anthropicFilter) pending() (chat.Message, []readCall) {
 func (f *anthropicFilter) next() {
 	f.round++
 	f.offset += f.forwarded
-	f.forwarded, f.reads, f.other, f.held, f.prompt = 0, 0, false, false, 0
+	f.forwarded, f.reads, f.other, f.held, f.prompt = 0, 0, false, false, wire.Usage{}
 	f.blocks, f.idxMap, f.order = nil, nil, nil
 }
 

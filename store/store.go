@@ -145,9 +145,10 @@ type Store interface {
 	// ever does.
 	Prune(ctx context.Context, olderThan time.Time, dryRun bool) ([]SessionInfo, error)
 
-	// AppendEvent records one of the Manager's pipeline events for the session (creating the
-	// session if needed, without making it newer). The Manager writes every event, best
-	// effort: a failure is logged, never returned, because events are a record, not state.
+	// AppendEvent records an event for the session (creating the session if needed, without
+	// making it newer): one of the Manager's pipeline events, which it writes for every step,
+	// or the proxy's record of a request (kind "request"). Both are written best effort: a
+	// failure is logged, never returned, because events are a record, not state.
 	AppendEvent(ctx context.Context, session, kind string, body []byte) error
 	// Events returns the session's events in the order they were recorded, with increasing
 	// ids; none for an unknown session.

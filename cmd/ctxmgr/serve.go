@@ -51,6 +51,7 @@ type serveOptions struct {
 	providerContext   []string
 	limits            proxy.Limits
 	pprof             string
+	uiToken           string
 	syncAppends       bool
 	summarizer        summarizerOptions // serve_summarizer.go
 }
@@ -75,7 +76,8 @@ Everything else (headers, unknown body fields, errors, usage, stream events)
 passes through untouched. /compact [instruction], /context and
 /context clear typed as the latest user message are answered by the proxy.
 
-GET /healthz answers ok, GET /metrics serves Prometheus metrics, and any other
+GET /healthz answers ok, GET /metrics serves Prometheus metrics, /ui/ serves the
+session inspector (see --ui-token), and any other
 path (GET /v1/models, ...) is passed through.
 
 Sessions are kept in --store: ` + storeSpecHelp + `.
@@ -119,6 +121,7 @@ requests and streams finish (up to --shutdown-timeout).
 	f.DurationVar(&o.limits.IdleTimeout, "idle-timeout", proxy.DefaultIdleTimeout, "how long a keep-alive connection may wait for its next request")
 	f.IntVar(&o.limits.MaxConns, "max-conns", proxy.DefaultMaxConns, "connections served at once (more wait to be accepted)")
 	f.BoolVar(&o.syncAppends, "sync-appends", false, "SQLite: fsync every append (synchronous=FULL), each in its own transaction. Off: synchronous=NORMAL and appends journaled, applied in batches 20ms later; safe when the process dies, and an append lost to a power cut is sent again by the client with its next request")
+	f.StringVar(&o.uiToken, "ui-token", "", "token the session inspector (/ui/) requires: on a loopback --listen it is served without one unless this is set; on any other address it is off unless this is set")
 	f.StringVar(&o.pprof, "pprof", "", "serve net/http/pprof on this address, e.g. 127.0.0.1:6060 (off by default; never expose it publicly)")
 	addSummarizerFlags(f, &o.summarizer)
 	return cmd
@@ -159,6 +162,9 @@ func mergeFileConfig(cmd *cobra.Command, o *serveOptions, fc proxy.FileConfig) {
 	}
 	if fc.DisableReadTool && set("disable-read-tool") {
 		o.disableReadTool = true
+	}
+	if fc.UIToken != "" && set("ui-token") {
+		o.uiToken = fc.UIToken
 	}
 	mergeSummarizerConfig(cmd, &o.summarizer, fc.Summarizer)
 }
@@ -245,6 +251,8 @@ func runServe(cmd *cobra.Command, o *serveOptions) error {
 		ProviderContext:   providerContext,
 		Summarizer:        sum,
 		SummarizerName:    sumName,
+		UILoopback:        proxy.IsLoopback(o.listen),
+		UIToken:           o.uiToken,
 	})
 	if err != nil {
 		return err
@@ -269,6 +277,14 @@ func runServe(cmd *cobra.Command, o *serveOptions) error {
 		slog.String("window", windowDesc(o.window)), slog.String("preset", o.preset), slog.String("summarizer", sumName),
 		slog.Duration("read_timeout", lim.ReadTimeout), slog.Duration("write_timeout", lim.WriteTimeout),
 		slog.Duration("idle_timeout", lim.IdleTimeout), slog.Int("max_conns", lim.MaxConns))
+	switch {
+	case o.uiToken != "":
+		logger.Info("ctxmgr serve: session inspector at http://" + addr + "/ui/ (token required: Authorization: Bearer, or /ui/?token= once)")
+	case proxy.IsLoopback(o.listen):
+		logger.Info("ctxmgr serve: session inspector at http://" + addr + "/ui/")
+	default:
+		logger.Info("ctxmgr serve: session inspector off: listening beyond loopback without --ui-token")
+	}
 	if o.pprof != "" {
 		stopPprof, err := servePprof(o.pprof, logger)
 		if err != nil {

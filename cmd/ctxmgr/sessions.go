@@ -179,7 +179,9 @@ func newSessionsEventsCmd(spec *string) *cobra.Command {
 		Short: "Print a session's pipeline events as JSONL",
 		Long: `Events prints what the pipeline did to a session, one JSON object a line in the order
 it happened: {"id":N,"at":"<RFC 3339>","kind":"<step>","body":{...}}, where body is the
-event as the Manager reported it (step, reason, tokens before and after, messages).
+event as the Manager reported it (step, reason, tokens before and after, messages). Events
+of kind "request" are the proxy's record of each request (tokens the client sent and
+those forwarded, the usage the upstream reported; see docs/inspector.md).
 
 Only the sqlite: and postgres:// stores keep events.`,
 		Example: `  ctxmgr sessions events my-session --store sqlite:./ctxmgr.db`,

@@ -3,28 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/ctxmgr/ctxmgr"
-	"github.com/ctxmgr/ctxmgr/budget"
-	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/proxy"
 	"github.com/ctxmgr/ctxmgr/store"
-	"github.com/ctxmgr/ctxmgr/tokens"
 )
-
-// configSnapshot is the configuration the proxy records for a session (proxy.snapshotConfig,
-// through Store.PutConfig): what `sessions show` needs to count as /context does.
-type configSnapshot struct {
-	Preset    string         `json:"preset"`
-	Window    int            `json:"window"`
-	MaxOutput int            `json:"max_output"`
-	Counter   string         `json:"counter"`
-	System    []chat.Message `json:"system"`
-	Tools     []chat.Tool    `json:"tools"`
-}
 
 // showOutput is what `sessions show` prints: the /context statistics plus where the
 // configuration they were computed under came from.
@@ -93,84 +79,46 @@ and the system and tools regions are 0. "config_from" says which applied.`,
 // showSession loads the session under its recorded configuration (flags given explicitly
 // override it) and returns its statistics.
 func showSession(ctx context.Context, cmd *cobra.Command, st store.Store, id, preset string, window, maxOutput int) (*showOutput, error) {
-	snap, found, err := readSnapshot(ctx, st, id)
+	var o proxy.StoredOverrides
+	overridden := false
+	if cmd.Flags().Changed("preset") {
+		o.Preset, overridden = preset, true
+	}
+	if cmd.Flags().Changed("window") {
+		o.Window, overridden = window, true
+	}
+	if cmd.Flags().Changed("max-output") {
+		o.MaxOutput, overridden = maxOutput, true
+	}
+	snap, found, err := proxy.ReadSnapshot(ctx, st, id)
 	if err != nil {
 		return nil, err
 	}
+	if !found {
+		// Without a record the flags apply, defaults included.
+		o = proxy.StoredOverrides{Preset: preset, Window: window, MaxOutput: maxOutput}
+	}
+	w, mo := window, maxOutput
+	if found && !cmd.Flags().Changed("window") && snap.Window > 0 {
+		w = snap.Window
+	}
+	if found && !cmd.Flags().Changed("max-output") && snap.MaxOutput > 0 {
+		mo = snap.MaxOutput
+	}
+	if mo >= w {
+		return nil, usageErrorf("--max-output %d: must be smaller than the window %d", mo, w)
+	}
+	sess, err := proxy.LoadStored(ctx, st, id, o)
+	if err != nil {
+		return nil, err
+	}
+	defer sess.Close()
 	from := "flags"
-	overridden := false
 	if found {
 		from = "snapshot"
-		if !cmd.Flags().Changed("preset") && snap.Preset != "" {
-			preset = snap.Preset
-		}
-		if !cmd.Flags().Changed("window") && snap.Window > 0 {
-			window = snap.Window
-		}
-		if !cmd.Flags().Changed("max-output") && snap.MaxOutput > 0 {
-			maxOutput = snap.MaxOutput
-		}
-		for _, f := range []string{"preset", "window", "max-output"} {
-			overridden = overridden || cmd.Flags().Changed(f)
-		}
 		if overridden {
 			from = "snapshot+flags"
 		}
 	}
-	if maxOutput >= window {
-		return nil, usageErrorf("--max-output %d: must be smaller than the window %d", maxOutput, window)
-	}
-	cfg, err := ctxmgr.Preset(preset, window, maxOutput)
-	if err != nil {
-		return nil, err
-	}
-	counterName := "o200k_base"
-	switch {
-	case found && snap.Counter != "" && !strings.HasPrefix(snap.Counter, "cal:"):
-		c, err := tokens.ForEncoding(snap.Counter)
-		if err != nil {
-			return nil, fmt.Errorf("session %s: recorded counter: %w", id, err)
-		}
-		cfg.Counter, counterName = c, snap.Counter
-		// As the proxy does for an exact count: no safety margin.
-		cfg.Budget.SafetyMargin = budget.ZeroRatio
-	case found && snap.Counter != "":
-		// The proxy's calibrated heuristic before any observation.
-		cfg.Counter = tokens.NewCalibrator(tokens.NewHeuristic(tokens.HeuristicOptions{}), tokens.CalibratorOptions{}).Counter(strings.TrimPrefix(snap.Counter, "cal:"))
-		counterName = "heuristic estimate"
-	}
-	cfg.Store = st
-	m, err := ctxmgr.New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	defer m.Close()
-	s, err := m.LoadSession(ctx, id, snap.System, snap.Tools)
-	if err != nil {
-		return nil, err
-	}
-	if cfg.Counter == nil {
-		counterName = m.Config().Counter.Name()
-	}
-	return &showOutput{Stats: s.Stats(), Preset: preset, Counter: counterName, ConfigFrom: from}, nil
-}
-
-// readSnapshot returns the session's recorded configuration, if the store keeps one.
-func readSnapshot(ctx context.Context, st store.Store, id string) (configSnapshot, bool, error) {
-	var snap configSnapshot
-	key, raw, err := st.Config(ctx, id)
-	if err != nil {
-		return snap, false, fmt.Errorf("session %s: reading its configuration: %w", id, err)
-	}
-	if len(raw) == 0 {
-		return snap, false, nil
-	}
-	if err := json.Unmarshal(raw, &snap); err != nil {
-		return snap, false, fmt.Errorf("session %s: its recorded configuration is not valid: %w", id, err)
-	}
-	// The store's model column holds the proxy's counter key: an encoding, or "cal:MODEL".
-	if key != "" {
-		snap.Counter = key
-	}
-	return snap, true, nil
+	return &showOutput{Stats: sess.Session.Stats(), Preset: sess.Preset, Counter: sess.Counter, ConfigFrom: from}, nil
 }
