@@ -83,7 +83,7 @@ func TestInspectorJSON(t *testing.T) {
 	if row.ID != id || !row.Live || row.Model == "" || !strings.HasPrefix(row.Client, "OpenAI/") || row.Requests != 34 || row.LastWindow != 6000 {
 		t.Errorf("row %+v", row)
 	}
-	if row.Cost <= 0 || row.CostAll <= 0 || row.Saved != row.CostAll-row.Cost || !row.Estimated || row.Prices.Uncached != ctxmgr.PricesAnthropic.Uncached {
+	if row.Cost <= 0 || row.CostAll <= 0 || row.Saved != row.CostAll-row.Cost || !row.Estimated || row.Prices.Uncached != ctxmgr.PricesOpenAI.Uncached {
 		t.Errorf("money %+v", row.Money)
 	}
 	if row.OverWindow == 0 {
