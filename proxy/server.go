@@ -106,6 +106,8 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("POST /v1/responses", func(w http.ResponseWriter, r *http.Request) { s.handleChat(w, r, FormatResponses) })
 	mux.HandleFunc("POST /v1/responses/compact", func(w http.ResponseWriter, r *http.Request) { s.handleChat(w, r, FormatResponses) })
 	mux.HandleFunc("POST /v1/responses/input_tokens", s.handleCountTokens(FormatResponses))
+	mux.HandleFunc("POST /v1beta/models/{action}", s.handleGemini)
+	mux.HandleFunc("POST /v1/models/{action}", s.handleGemini)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "ok\n")
@@ -140,6 +142,9 @@ func (s *Server) Close() error {
 
 // formatOf guesses the format of a request to a path the proxy does not manage.
 func formatOf(r *http.Request) Format {
+	if strings.HasPrefix(r.URL.Path, "/v1beta/") || r.Header.Get("X-Goog-Api-Key") != "" || r.URL.Query().Has("key") {
+		return FormatGemini
+	}
 	if r.Header.Get("X-Api-Key") != "" || r.Header.Get("Anthropic-Version") != "" || strings.HasPrefix(r.URL.Path, "/v1/messages") {
 		return FormatAnthropic
 	}
@@ -256,7 +261,7 @@ func (s *Server) handlePassthrough(w http.ResponseWriter, r *http.Request) {
 			slog.String("reason", ReasonPath), slog.Int("status", status), slog.Duration("duration", time.Since(start)))
 	}()
 	base := s.cfg.upstream(f, "")
-	if base == "" {
+	if base == "" && f != FormatGemini {
 		if f == FormatOpenAI {
 			base = s.cfg.UpstreamAnthropic
 		} else {
@@ -508,6 +513,11 @@ func (s *Server) serveBody(x *exchange, body []byte, start time.Time, attrs *[]s
 	} else {
 		x.model, x.stream = peekModel(body)
 	}
+	if x.format == FormatGemini {
+		var method string
+		x.model, method = geminiCall(x.r)
+		x.stream = method == "streamGenerateContent"
+	}
 	*attrs = append(*attrs, slog.String("model", x.model), slog.Bool("stream", x.stream))
 	base := s.cfg.upstream(x.format, x.model)
 	x.base = base
@@ -641,7 +651,7 @@ const (
 	// ReasonConfig: the proxy's configuration cannot manage the model.
 	ReasonConfig = "config"
 	// ReasonProviderState: the provider holds the history (Responses previous_response_id or
-	// conversation).
+	// conversation, Gemini cachedContent).
 	ReasonProviderState = "provider_state"
 	// ReasonHistory: the session refuses the history as invalid (a *chat.Error: a tool
 	// result without its call, ...); the provider answers.
@@ -775,7 +785,11 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 			IncludeUsage bool `json:"include_usage"`
 		}
 		_ = json.Unmarshal(dec.Extra["stream_options"], &so)
-		writeLocal(x.w, x.format, x.model, x.stream, so.IncludeUsage, text)
+		if x.format == FormatGemini {
+			writeGeminiLocal(x.w, x.model, x.stream, geminiSSE(x.r), text)
+		} else {
+			writeLocal(x.w, x.format, x.model, x.stream, so.IncludeUsage, text)
+		}
 		info = append(info, slog.String("command", cmd.name))
 		return nil, info, errAnswered
 	}
@@ -883,6 +897,8 @@ func (x *exchange) encodeSession(out *chat.Request, dst []byte) ([]byte, error) 
 		return wire.AppendAnthropicCachedWith(dst, out, x.ps.blocks, x.subs)
 	case FormatResponses:
 		return wire.AppendResponsesCached(dst, out, x.ps.blocks)
+	case FormatGemini:
+		return wire.AppendGeminiCached(dst, out, x.ps.blocks)
 	case FormatOpenAI:
 		return wire.AppendOpenAICached(dst, out, x.ps.blocks)
 	}

@@ -1,5 +1,5 @@
-// Package fakeupstream is a local stand-in for the OpenAI chat-completions and Anthropic
-// messages APIs, for tests, benchmarks and the end-to-end script of the ctxmgr proxy.
+// Package fakeupstream is a local stand-in for the OpenAI chat-completions, Anthropic
+// messages, OpenAI Responses and Gemini APIs (gemini.go), for tests, benchmarks and the end-to-end script of the ctxmgr proxy.
 //
 // It speaks the real wire formats, streaming (SSE) and not, with tool calls, usage and the
 // providers' real error bodies, and it records every request it receives with its exact
@@ -195,6 +195,8 @@ func New(opts Options) *Server {
 	s.mux.HandleFunc("POST /v1/responses", s.serveResponses)
 	s.mux.HandleFunc("POST /v1/responses/input_tokens", s.serveInputTokens)
 	s.mux.HandleFunc("POST /v1/responses/compact", s.serveResponsesCompact)
+	s.mux.HandleFunc("POST /v1beta/models/{action}", s.serveGemini)
+	s.mux.HandleFunc("POST /v1/models/{action}", s.serveGemini)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":{"message":"Unknown request URL","type":"invalid_request_error"}}`, http.StatusNotFound)
 	})
