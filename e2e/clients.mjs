@@ -18,6 +18,7 @@ import { createAnthropic } from '@ai-sdk/anthropic';
 import { ChatOpenAI } from '@langchain/openai';
 import { ChatAnthropic } from '@langchain/anthropic';
 import { ToolMessage, HumanMessage } from '@langchain/core/messages';
+import { GoogleGenAI } from '@google/genai';
 import { runProcess, marker, writeSteps, AGENT_DONE } from './lib.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -180,6 +181,95 @@ export async function openaiResponses({ proxy, work }) {
   const reads = (await proxy.metrics()).get('ctxmgr_reads_total');
   if (reads !== 2) fails.push(`ctxmgr_reads_total is ${reads}, want 2`);
   return { fails, notes: [`${input.length} input items, ${reads} ctxmgr_read round trips`] };
+}
+
+// --- the @google/genai SDK (the Gemini API) ---
+
+// The model of the Gemini cases: a Gemini 3 model, so that the fake refuses any function call
+// sent back without the thoughtSignature it issued with it.
+export const GEMINI_MODEL = 'gemini-3-pro-preview';
+
+export async function googleGenAI({ proxy, work }) {
+  const fails = [];
+  const notes = [];
+  const steps = [10, 8];
+  const prompts = twoTurns(work, steps);
+  const ai = new GoogleGenAI({ apiKey: 'AIza-e2e-genai', httpOptions: { baseUrl: proxy.url } });
+  const config = {
+    systemInstruction: 'You are a coding agent under an end-to-end test.',
+    tools: [{ functionDeclarations: Object.keys(TOOL_DESC).map((name) => ({ name, description: TOOL_DESC[name], parametersJsonSchema: TOOL_SCHEMA[name] })) }],
+    maxOutputTokens: 1024,
+  };
+  const contents = [];
+  // One model call: the model's parts (all of a stream's chunks) as the SDK gives them, the
+  // thoughtSignature of each part included, appended to the history as they are.
+  const call = async (stream) => {
+    let parts = [];
+    let finish = '';
+    if (stream) {
+      for await (const chunk of await ai.models.generateContentStream({ model: GEMINI_MODEL, contents, config })) {
+        const c = chunk.candidates?.[0];
+        parts.push(...(c?.content?.parts ?? []));
+        if (c?.finishReason) finish = c.finishReason;
+      }
+    } else {
+      const r = await ai.models.generateContent({ model: GEMINI_MODEL, contents, config });
+      parts = r.candidates?.[0]?.content?.parts ?? [];
+      finish = r.candidates?.[0]?.finishReason ?? '';
+    }
+    if (!finish) throw new Error(`the answer has no finish reason: ${JSON.stringify(parts).slice(0, 300)}`);
+    // Adjacent plain text parts (a stream's pieces) are joined, as Gemini CLI does; a part
+    // with a thoughtSignature or a thought is kept as it came.
+    const merged = [];
+    for (const p of parts) {
+      const prev = merged[merged.length - 1];
+      const plain = (x) => x && Object.keys(x).length === 1 && typeof x.text === 'string';
+      if (plain(p) && plain(prev)) merged[merged.length - 1] = { text: prev.text + p.text };
+      else merged.push(p);
+    }
+    parts = merged;
+    contents.push({ role: 'model', parts });
+    return parts;
+  };
+  const text = (parts) => parts.filter((p) => typeof p.text === 'string' && !p.thought).map((p) => p.text).join('');
+  let calls = 0;
+  let parallel = 0;
+  const loop = async (prompt, stream, max, answer) => {
+    contents.push({ role: 'user', parts: [{ text: prompt }] });
+    for (let i = 0; i < max; i++) {
+      const parts = await call(stream);
+      const fcs = parts.filter((p) => p.functionCall).map((p) => p.functionCall);
+      if (!fcs.length) return text(parts);
+      if (fcs.some((f) => f.name === 'ctxmgr_read')) fails.push('the client got a ctxmgr_read call');
+      if (fcs.length > 1) parallel++;
+      calls += fcs.length;
+      contents.push({ role: 'user', parts: fcs.map((f) => ({ functionResponse: { ...(f.id ? { id: f.id } : {}), name: f.name, response: { output: answer(f) } } })) });
+    }
+    return null;
+  };
+  for (const [turn, prompt] of prompts.entries()) {
+    const final = await loop(prompt, turn === 1, steps[turn] + 2, (f) => runTool(f.name, f.args, work));
+    expectDone(fails, turn === 1 ? 'generateContentStream' : 'generateContent', final, steps[turn]);
+  }
+  // Parallel function calls: two calls in one answer, answered in one content.
+  for (const stream of [false, true]) {
+    const final = await loop('run the linters in parallel', stream, 3, (f) => `ran ${JSON.stringify(f.args)}\n`.repeat(40));
+    if (!String(final).startsWith('Done: ')) fails.push(`parallel calls (${stream ? 'stream' : 'not streamed'}): the answer is ${JSON.stringify(String(final).slice(0, 200))}`);
+  }
+  if (parallel !== 2) fails.push(`${parallel} answers with parallel calls, want 2`);
+  // ctxmgr_read, as a Gemini function call the proxy answers itself.
+  for (const stream of [false, true]) {
+    const final = await loop('now read back the full output of the earlier command', stream, 2, () => 'unexpected');
+    if (!String(final).startsWith('Read back: ')) fails.push(`read back (${stream ? 'stream' : 'not streamed'}): the answer is ${JSON.stringify(String(final).slice(0, 200))}`);
+  }
+  const reads = (await proxy.metrics()).get('ctxmgr_reads_total');
+  if (reads !== 2) fails.push(`ctxmgr_reads_total is ${reads}, want 2`);
+  // countTokens of the history: answered by the proxy for what it would forward.
+  const counted = await ai.models.countTokens({ model: GEMINI_MODEL, contents });
+  const raw = JSON.stringify(contents).length / 4;
+  if (!(counted.totalTokens > 0 && counted.totalTokens < raw / 2)) fails.push(`countTokens: ${counted.totalTokens} tokens for a history of about ${Math.round(raw)}`);
+  notes.push(`${contents.length} contents, ${calls} function calls, ${reads} ctxmgr_read round trips, countTokens ${counted.totalTokens}`);
+  return { fails, notes };
 }
 
 // --- Claude Code (claude -p, its own Bash and Read tools) ---

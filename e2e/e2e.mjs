@@ -55,7 +55,14 @@ const cases = [
   { name: 'langchain ChatOpenAI', window: 16000, sessions: 1, run: clients.langchainOpenAI, paths: ['/v1/chat/completions'] },
   { name: 'langchain ChatAnthropic', window: 16000, sessions: 1, run: clients.langchainAnthropic, paths: ['/v1/messages'] },
   { name: 'openai sdk responses (store:false)', window: 16000, sessions: 1, run: clients.openaiResponses, paths: ['/v1/responses'] },
+  // The Gemini API: bodies are decoded whole (the decode cache continues the other formats).
+  { name: '@google/genai (generateContent, stream, parallel calls, countTokens)', window: 16000, sessions: 1, decodeCache: false, run: clients.googleGenAI, paths: geminiPaths(clients.GEMINI_MODEL) },
 ];
+
+// The SDK and Gemini CLI call /v1beta (the SDK with a base URL of its own, /v1).
+function geminiPaths(model) {
+  return ['v1', 'v1beta'].flatMap((v) => [`/${v}/models/${model}:generateContent`, `/${v}/models/${model}:streamGenerateContent`]);
+}
 
 const results = [];
 function report(name, fails, notes) {
