@@ -272,6 +272,43 @@ export async function googleGenAI({ proxy, work }) {
   return { fails, notes };
 }
 
+// --- Gemini CLI (gemini -p, its own run_shell_command and read_file tools) ---
+
+export async function geminiCLI({ proxy, trap, work, dir }) {
+  // ~100K tokens of tool output through a 40K window. Gemini CLI 0.61.0 masks old tool outputs
+  // itself once its estimate of them passes 80K tokens (50K kept, 30K to mask; not settable
+  // then), which rewrites earlier messages (the proxy follows such an edit as a branch): the
+  // script stays below that, so that the proxy alone manages the history.
+  const steps = 20;
+  const files = path.join(work, 'files'); // inside the workspace: Gemini CLI reads nothing outside
+  writeSteps(files, steps, 5000, 'gemini');
+  const home = path.join(dir, 'home');
+  fs.mkdirSync(path.join(home, '.gemini'), { recursive: true });
+  // API-key auth selected in the settings; no usage statistics, telemetry or update check.
+  fs.writeFileSync(path.join(home, '.gemini', 'settings.json'), JSON.stringify({
+    security: { auth: { selectedType: 'gemini-api-key' } },
+    privacy: { usageStatisticsEnabled: false },
+    telemetry: { enabled: false },
+    general: { disableAutoUpdate: true, disableUpdateNag: true },
+  }, null, 2));
+  const env = {
+    PATH: process.env.PATH, HOME: home, TMPDIR: path.join(dir, 'tmp'),
+    GOOGLE_GEMINI_BASE_URL: proxy.url, GEMINI_API_KEY: 'AIza-e2e-gemini-cli',
+    GEMINI_CLI_TRUST_WORKSPACE: 'true', NO_COLOR: '1',
+    ...trap.env,
+  };
+  fs.mkdirSync(env.TMPDIR, { recursive: true });
+  const common = ['-m', GEMINI_MODEL, '--yolo', '--output-format', 'text'];
+  const fails = [];
+  // One run: Gemini CLI 0.61.0 resumes (--resume) a history with tool calls by sending each
+  // function response twice, which the Gemini API refuses with or without the proxy.
+  const r = await runProcess(path.join(NODE_BIN, 'gemini'), ['-p', `Run the build steps and report. ${marker(steps, files)}`, ...common],
+    { cwd: work, env, timeoutMs: 120000, logFile: path.join(dir, 'client1.log') });
+  if (r.code !== 0) fails.push(`gemini exited with ${r.code ?? r.signal}${r.timedOut ? ' (timed out)' : ''}: ${(r.stdout + r.stderr).trim().slice(0, 400)}`);
+  else expectDone(fails, 'gemini -p', r.stdout, steps);
+  return { fails, notes: [`gemini -p, ${steps} tool steps`] };
+}
+
 // --- Claude Code (claude -p, its own Bash and Read tools) ---
 
 export function claudeCode(model) {

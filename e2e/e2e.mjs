@@ -56,6 +56,7 @@ const cases = [
   { name: 'langchain ChatAnthropic', window: 16000, sessions: 1, run: clients.langchainAnthropic, paths: ['/v1/messages'] },
   { name: 'openai sdk responses (store:false)', window: 16000, sessions: 1, run: clients.openaiResponses, paths: ['/v1/responses'] },
   // The Gemini API: bodies are decoded whole (the decode cache continues the other formats).
+  { name: 'gemini-cli (gemini -p, API key, GOOGLE_GEMINI_BASE_URL)', window: 40000, sessions: 1, decodeCache: false, run: clients.geminiCLI, paths: geminiPaths('gemini-3.1-pro-preview') },
   { name: '@google/genai (generateContent, stream, parallel calls, countTokens)', window: 16000, sessions: 1, decodeCache: false, run: clients.googleGenAI, paths: geminiPaths(clients.GEMINI_MODEL) },
 ];
 
