@@ -309,6 +309,84 @@ export async function geminiCLI({ proxy, trap, work, dir }) {
   return { fails, notes: [`gemini -p, ${steps} tool steps`] };
 }
 
+// --- Qwen Code (qwen -p, its OpenAI-compatible mode) ---
+
+export async function qwenCode({ proxy, trap, work, dir }) {
+  const steps = 24; // ~120K tokens of tool output through a 40K window
+  const files = path.join(work, 'files');
+  writeSteps(files, steps, 5000, 'qwen');
+  const home = path.join(dir, 'home');
+  fs.mkdirSync(path.join(home, '.qwen'), { recursive: true });
+  // The OpenAI-compatible auth selected in the settings; no usage statistics, telemetry or
+  // update check.
+  fs.writeFileSync(path.join(home, '.qwen', 'settings.json'), JSON.stringify({
+    security: { auth: { selectedType: 'openai' } },
+    privacy: { usageStatisticsEnabled: false },
+    telemetry: { enabled: false },
+    general: { disableAutoUpdate: true, disableUpdateNag: true },
+  }, null, 2));
+  const env = {
+    PATH: process.env.PATH, HOME: home, TMPDIR: path.join(dir, 'tmp'),
+    OPENAI_BASE_URL: `${proxy.url}/v1`, OPENAI_API_KEY: 'sk-e2e-qwen-code', OPENAI_MODEL: 'gpt-4o',
+    QWEN_CODE_SUPPRESS_YOLO_WARNING: '1', NO_COLOR: '1',
+    ...trap.env,
+  };
+  fs.mkdirSync(env.TMPDIR, { recursive: true });
+  const fails = [];
+  const r = await runProcess(path.join(NODE_BIN, 'qwen'), ['-p', `Run the build steps and report. ${marker(steps, files)}`, '--yolo', '--output-format', 'text'],
+    { cwd: work, env, timeoutMs: 120000, logFile: path.join(dir, 'client1.log') });
+  if (r.code !== 0) fails.push(`qwen exited with ${r.code ?? r.signal}${r.timedOut ? ' (timed out)' : ''}: ${(r.stdout + r.stderr).trim().slice(0, 400)}`);
+  else expectDone(fails, 'qwen -p', r.stdout, steps);
+  return { fails, notes: [`qwen -p, ${steps} tool steps`] };
+}
+
+// --- OpenCode (opencode run, a provider whose baseURL is the proxy) ---
+
+export async function openCode({ proxy, trap, work, dir }) {
+  const steps = 24; // ~120K tokens of tool output through a 40K window
+  const files = path.join(work, 'files');
+  writeSteps(files, steps, 5000, 'opencode');
+  const home = path.join(dir, 'home');
+  fs.mkdirSync(home, { recursive: true });
+  // A provider of the bundled @ai-sdk/openai-compatible package (nothing to install) whose
+  // baseURL is the proxy.
+  fs.writeFileSync(path.join(work, 'opencode.json'), JSON.stringify({
+    $schema: 'https://opencode.ai/config.json',
+    provider: {
+      ctxmgr: {
+        npm: '@ai-sdk/openai-compatible', name: 'ctxmgr',
+        options: { baseURL: `${proxy.url}/v1`, apiKey: 'sk-e2e-opencode' },
+        models: { 'gpt-4o': { name: 'gpt-4o', limit: { context: 40000, output: 4096 } } },
+      },
+    },
+    model: 'ctxmgr/gpt-4o', small_model: 'ctxmgr/gpt-4o',
+    autoupdate: false, share: 'disabled',
+    agent: { title: { disable: true } },
+  }, null, 2));
+  const env = {
+    PATH: process.env.PATH, HOME: home, TMPDIR: path.join(dir, 'tmp'),
+    XDG_CONFIG_HOME: path.join(home, '.config'), XDG_DATA_HOME: path.join(home, '.local', 'share'),
+    XDG_CACHE_HOME: path.join(home, '.cache'), XDG_STATE_HOME: path.join(home, '.local', 'state'),
+    // No update check, models.dev catalog, plugin install (the default plugins are installed in
+    // the background from npm), LSP download, sharing, or other agents' settings; and no
+    // compaction or pruning of its own: the proxy manages the history.
+    OPENCODE_DISABLE_AUTOUPDATE: '1', OPENCODE_DISABLE_MODELS_FETCH: '1', OPENCODE_DISABLE_DEFAULT_PLUGINS: '1',
+    OPENCODE_DISABLE_LSP_DOWNLOAD: '1', OPENCODE_DISABLE_SHARE: '1', OPENCODE_DISABLE_CLAUDE_CODE: '1',
+    OPENCODE_DISABLE_EXTERNAL_SKILLS: '1', OPENCODE_DISABLE_AUTOCOMPACT: '1', OPENCODE_DISABLE_PRUNE: '1',
+    ...trap.env,
+    // Its background install of @opencode-ai/plugin into its config directory goes to a
+    // registry on loopback that refuses it, instead of npmjs.org.
+    npm_config_registry: 'http://127.0.0.1:9/', NPM_CONFIG_REGISTRY: 'http://127.0.0.1:9/',
+  };
+  fs.mkdirSync(env.TMPDIR, { recursive: true });
+  const fails = [];
+  const r = await runProcess(path.join(NODE_BIN, 'opencode'), ['run', `Run the build steps and report. ${marker(steps, files)}`],
+    { cwd: work, env, timeoutMs: 120000, logFile: path.join(dir, 'client1.log') });
+  if (r.code !== 0) fails.push(`opencode exited with ${r.code ?? r.signal}${r.timedOut ? ' (timed out)' : ''}: ${(r.stdout + r.stderr).trim().slice(0, 400)}`);
+  else expectDone(fails, 'opencode run', r.stdout, steps);
+  return { fails, notes: [`opencode run, ${steps} tool steps`] };
+}
+
 // --- Claude Code (claude -p, its own Bash and Read tools) ---
 
 export function claudeCode(model) {

@@ -1,6 +1,6 @@
 // End-to-end test of `ctxmgr serve` with real clients installed from npm at pinned versions
-// (package.json / package-lock.json): Claude Code, Codex CLI, the AI SDK, LangChain JS and the
-// official openai and @anthropic-ai/sdk packages.
+// (package.json / package-lock.json): Claude Code, Codex CLI, Gemini CLI, Qwen Code, OpenCode,
+// the AI SDK, LangChain JS and the official openai, @anthropic-ai/sdk and @google/genai packages.
 //
 // run.sh builds ctxmgr and the fake upstream and runs this script with CTXMGR_BIN, FAKE_BIN and
 // WORK (a scratch directory) set. Every client is a separate case with its own fake upstream
@@ -57,6 +57,8 @@ const cases = [
   { name: 'openai sdk responses (store:false)', window: 16000, sessions: 1, run: clients.openaiResponses, paths: ['/v1/responses'] },
   // The Gemini API: bodies are decoded whole (the decode cache continues the other formats).
   { name: 'gemini-cli (gemini -p, API key, GOOGLE_GEMINI_BASE_URL)', window: 40000, sessions: 1, decodeCache: false, run: clients.geminiCLI, paths: geminiPaths('gemini-3.1-pro-preview') },
+  { name: 'qwen-code (qwen -p, OpenAI-compatible)', window: 40000, sessions: 1, run: clients.qwenCode, paths: ['/v1/chat/completions'] },
+  { name: 'opencode (opencode run, openai-compatible provider)', window: 40000, sessions: 1, run: clients.openCode, paths: ['/v1/chat/completions'] },
   { name: '@google/genai (generateContent, stream, parallel calls, countTokens)', window: 16000, sessions: 1, decodeCache: false, run: clients.googleGenAI, paths: geminiPaths(clients.GEMINI_MODEL) },
 ];
 
