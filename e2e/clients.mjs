@@ -272,7 +272,32 @@ export async function googleGenAI({ proxy, work }) {
   return { fails, notes };
 }
 
-// --- Gemini CLI (gemini -p, its own run_shell_command and read_file tools) ---
+// --- Gemini CLI and its fork Qwen Code: headless agents with a settings.json ---
+
+// cliSettings writes a Gemini CLI-style settings.json (DIR/home/.NAME/settings.json) selecting
+// the auth type, with usage statistics, telemetry and update checks off, and returns the home.
+function cliSettings(dir, name, auth) {
+  const home = path.join(dir, 'home');
+  fs.mkdirSync(path.join(home, name), { recursive: true });
+  fs.writeFileSync(path.join(home, name, 'settings.json'), JSON.stringify({
+    security: { auth: { selectedType: auth } },
+    privacy: { usageStatisticsEnabled: false },
+    telemetry: { enabled: false },
+    general: { disableAutoUpdate: true, disableUpdateNag: true },
+  }, null, 2));
+  return home;
+}
+
+// runScript runs a headless agent once through an agent script of `steps` steps and checks
+// that it exits 0 with the script's final answer.
+async function runScript(what, bin, args, { work, dir, env, steps }) {
+  fs.mkdirSync(env.TMPDIR, { recursive: true });
+  const fails = [];
+  const r = await runProcess(path.join(NODE_BIN, bin), args, { cwd: work, env, timeoutMs: 120000, logFile: path.join(dir, 'client1.log') });
+  if (r.code !== 0) fails.push(`${bin} exited with ${r.code ?? r.signal}${r.timedOut ? ' (timed out)' : ''}: ${(r.stdout + r.stderr).trim().slice(0, 400)}`);
+  else expectDone(fails, what, r.stdout, steps);
+  return { fails, notes: [`${what}, ${steps} tool steps`] };
+}
 
 export async function geminiCLI({ proxy, trap, work, dir }) {
   // ~100K tokens of tool output through a 40K window. Gemini CLI 0.61.0 masks old tool outputs
@@ -282,62 +307,33 @@ export async function geminiCLI({ proxy, trap, work, dir }) {
   const steps = 20;
   const files = path.join(work, 'files'); // inside the workspace: Gemini CLI reads nothing outside
   writeSteps(files, steps, 5000, 'gemini');
-  const home = path.join(dir, 'home');
-  fs.mkdirSync(path.join(home, '.gemini'), { recursive: true });
-  // API-key auth selected in the settings; no usage statistics, telemetry or update check.
-  fs.writeFileSync(path.join(home, '.gemini', 'settings.json'), JSON.stringify({
-    security: { auth: { selectedType: 'gemini-api-key' } },
-    privacy: { usageStatisticsEnabled: false },
-    telemetry: { enabled: false },
-    general: { disableAutoUpdate: true, disableUpdateNag: true },
-  }, null, 2));
+  const home = cliSettings(dir, '.gemini', 'gemini-api-key');
   const env = {
     PATH: process.env.PATH, HOME: home, TMPDIR: path.join(dir, 'tmp'),
     GOOGLE_GEMINI_BASE_URL: proxy.url, GEMINI_API_KEY: 'AIza-e2e-gemini-cli',
     GEMINI_CLI_TRUST_WORKSPACE: 'true', NO_COLOR: '1',
     ...trap.env,
   };
-  fs.mkdirSync(env.TMPDIR, { recursive: true });
-  const common = ['-m', GEMINI_MODEL, '--yolo', '--output-format', 'text'];
-  const fails = [];
   // One run: Gemini CLI 0.61.0 resumes (--resume) a history with tool calls by sending each
   // function response twice, which the Gemini API refuses with or without the proxy.
-  const r = await runProcess(path.join(NODE_BIN, 'gemini'), ['-p', `Run the build steps and report. ${marker(steps, files)}`, ...common],
-    { cwd: work, env, timeoutMs: 120000, logFile: path.join(dir, 'client1.log') });
-  if (r.code !== 0) fails.push(`gemini exited with ${r.code ?? r.signal}${r.timedOut ? ' (timed out)' : ''}: ${(r.stdout + r.stderr).trim().slice(0, 400)}`);
-  else expectDone(fails, 'gemini -p', r.stdout, steps);
-  return { fails, notes: [`gemini -p, ${steps} tool steps`] };
+  return runScript('gemini -p', 'gemini', ['-p', `Run the build steps and report. ${marker(steps, files)}`, '-m', GEMINI_MODEL, '--yolo', '--output-format', 'text'],
+    { work, dir, env, steps });
 }
 
-// --- Qwen Code (qwen -p, its OpenAI-compatible mode) ---
-
+// Qwen Code (qwen -p) in its OpenAI-compatible mode.
 export async function qwenCode({ proxy, trap, work, dir }) {
   const steps = 24; // ~120K tokens of tool output through a 40K window
   const files = path.join(work, 'files');
   writeSteps(files, steps, 5000, 'qwen');
-  const home = path.join(dir, 'home');
-  fs.mkdirSync(path.join(home, '.qwen'), { recursive: true });
-  // The OpenAI-compatible auth selected in the settings; no usage statistics, telemetry or
-  // update check.
-  fs.writeFileSync(path.join(home, '.qwen', 'settings.json'), JSON.stringify({
-    security: { auth: { selectedType: 'openai' } },
-    privacy: { usageStatisticsEnabled: false },
-    telemetry: { enabled: false },
-    general: { disableAutoUpdate: true, disableUpdateNag: true },
-  }, null, 2));
+  const home = cliSettings(dir, '.qwen', 'openai');
   const env = {
     PATH: process.env.PATH, HOME: home, TMPDIR: path.join(dir, 'tmp'),
     OPENAI_BASE_URL: `${proxy.url}/v1`, OPENAI_API_KEY: 'sk-e2e-qwen-code', OPENAI_MODEL: 'gpt-4o',
     QWEN_CODE_SUPPRESS_YOLO_WARNING: '1', NO_COLOR: '1',
     ...trap.env,
   };
-  fs.mkdirSync(env.TMPDIR, { recursive: true });
-  const fails = [];
-  const r = await runProcess(path.join(NODE_BIN, 'qwen'), ['-p', `Run the build steps and report. ${marker(steps, files)}`, '--yolo', '--output-format', 'text'],
-    { cwd: work, env, timeoutMs: 120000, logFile: path.join(dir, 'client1.log') });
-  if (r.code !== 0) fails.push(`qwen exited with ${r.code ?? r.signal}${r.timedOut ? ' (timed out)' : ''}: ${(r.stdout + r.stderr).trim().slice(0, 400)}`);
-  else expectDone(fails, 'qwen -p', r.stdout, steps);
-  return { fails, notes: [`qwen -p, ${steps} tool steps`] };
+  return runScript('qwen -p', 'qwen', ['-p', `Run the build steps and report. ${marker(steps, files)}`, '--yolo', '--output-format', 'text'],
+    { work, dir, env, steps });
 }
 
 // --- OpenCode (opencode run, a provider whose baseURL is the proxy) ---
@@ -378,13 +374,7 @@ export async function openCode({ proxy, trap, work, dir }) {
     // registry on loopback that refuses it, instead of npmjs.org.
     npm_config_registry: 'http://127.0.0.1:9/', NPM_CONFIG_REGISTRY: 'http://127.0.0.1:9/',
   };
-  fs.mkdirSync(env.TMPDIR, { recursive: true });
-  const fails = [];
-  const r = await runProcess(path.join(NODE_BIN, 'opencode'), ['run', `Run the build steps and report. ${marker(steps, files)}`],
-    { cwd: work, env, timeoutMs: 120000, logFile: path.join(dir, 'client1.log') });
-  if (r.code !== 0) fails.push(`opencode exited with ${r.code ?? r.signal}${r.timedOut ? ' (timed out)' : ''}: ${(r.stdout + r.stderr).trim().slice(0, 400)}`);
-  else expectDone(fails, 'opencode run', r.stdout, steps);
-  return { fails, notes: [`opencode run, ${steps} tool steps`] };
+  return runScript('opencode run', 'opencode', ['run', `Run the build steps and report. ${marker(steps, files)}`], { work, dir, env, steps });
 }
 
 // --- Claude Code (claude -p, its own Bash and Read tools) ---

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ctxmgr/ctxmgr/chat"
 	"github.com/ctxmgr/ctxmgr/internal/fakeupstream"
 	"github.com/ctxmgr/ctxmgr/proxy/sse"
 )
@@ -182,7 +181,6 @@ func TestGeminiLongConversation(t *testing.T) {
 	for _, mode := range []string{"json", "sse", "array"} {
 		t.Run(mode, func(t *testing.T) {
 			e := geminiEnv(t, fakeupstream.Options{Window: window}, Config{Window: window, Tune: smallTune})
-			ctx := ctxT(t)
 			big := bigOutput(2500)
 			a := newGeminiAgent(t, e.px.URL, "gemini-3-pro-preview", func(turn, call int) string {
 				if turn%6 == 3 {
@@ -190,61 +188,12 @@ func TestGeminiLongConversation(t *testing.T) {
 				}
 				return big(turn, call)
 			})
-			for i := 0; i < 24; i++ {
-				msg := fmt.Sprintf("turn %d: run the tests", i)
-				if i%4 == 0 {
-					msg += " in parallel"
-				}
-				text, err := a.turn(ctx, msg, mode)
-				if err != nil {
-					t.Fatalf("turn %d: %v", i, err)
-				}
-				if !strings.HasPrefix(text, "Done: ") {
-					t.Fatalf("turn %d: answer %q", i, text)
-				}
-			}
-			n := len(e.fake.Records())
-			out, err := a.turn(ctx, "now read back the full output", mode)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !strings.HasPrefix(out, "Read back: [ctxmgr_read") {
-				t.Fatalf("answer %q", out)
-			}
-			for _, name := range a.calls {
-				if name == readToolName {
-					t.Fatalf("the client saw a ctxmgr_read call")
-				}
-			}
-			recs := e.fake.Records()
-			if tail := recs[n:]; len(tail) != 2 || tail[0].Reply != "ctxmgr_read" || !contains(tail[0].Tools, readToolName) {
-				t.Fatalf("want a ctxmgr_read call and its follow-up, got %+v", tail)
-			}
-			checkRecords(t, recs, window)
+			turn := func(ctx context.Context, text string) (string, error) { return a.turn(ctx, text, mode) }
+			recs, st, raw := longConversation(t, e, window, "gemini", turn, func() []string { return a.calls })
 			for _, r := range recs {
-				if r.Status != 200 || r.Format != "gemini" || r.Headers["X-Goog-Api-Key"] != a.key {
-					t.Errorf("request %d: %s answered %d (%s)", r.Seq, r.Format, r.Status, r.Rule)
+				if r.Headers["X-Goog-Api-Key"] != a.key {
+					t.Errorf("request %d: the API key did not reach the upstream", r.Seq)
 				}
-			}
-			e.srv.sessMu.Lock()
-			if len(e.srv.sessions) != 1 {
-				t.Errorf("%d sessions", len(e.srv.sessions))
-			}
-			var ps *psession
-			for _, p := range e.srv.sessions {
-				ps = p
-			}
-			e.srv.sessMu.Unlock()
-			st := ps.sess.Stats()
-			if st.Evicted == 0 && st.Masked == 0 || len(st.Offloads) == 0 {
-				t.Errorf("no compaction or offload: %+v", st)
-			}
-			raw := 0
-			for _, m := range ps.sess.History() {
-				raw += e.fake.Count(&chat.Request{Messages: []chat.Message{m}})
-			}
-			if raw < 5*window {
-				t.Fatalf("history of %d tokens does not far exceed the window %d", raw, window)
 			}
 			if n, _ := histogram(e.srv.metrics.usageRatio.WithLabelValues("heuristic")); n == 0 {
 				t.Errorf("usageMetadata was never fed to the calibrator")
@@ -370,22 +319,7 @@ func TestGeminiOverflowRecovery(t *testing.T) {
 			t.Fatalf("turn %d: %q", i, text)
 		}
 	}
-	recs := e.fake.Records()
-	rejected := 0
-	for i, r := range recs {
-		if r.Status == 400 {
-			rejected++
-			if r.Rule != fakeupstream.RuleWindow || i+1 >= len(recs) || recs[i+1].Tokens >= r.Tokens {
-				t.Errorf("request %d rejected (%s) at %d tokens; the retry is not smaller", r.Seq, r.Rule, r.Tokens)
-			}
-		}
-	}
-	if rejected == 0 {
-		t.Fatalf("the upstream never overflowed (largest request %d tokens): the test proves nothing", maxTokens(recs))
-	}
-	if got := counterValue(e.srv.metrics.recoveries); got < float64(rejected) {
-		t.Errorf("recoveries %v, rejections %d", got, rejected)
-	}
+	checkRecovered(t, e)
 }
 
 // TestGeminiCachedContent: a request naming cachedContent keeps history on the provider:

@@ -182,12 +182,7 @@ func TestGeminiEdited(t *testing.T) {
 }
 
 func TestGeminiErrors(t *testing.T) {
-	cases := []struct {
-		name, body string
-		want       error
-		index      int
-		field      string
-	}{
+	cases := []decodeErrorCase{
 		{"not json", `{"contents":[`, chat.ErrMalformedJSON, -1, ""},
 		{"contents not array", `{"contents":{}}`, chat.ErrMalformedJSON, -1, "contents"},
 		{"content not object", `{"contents":[7]}`, chat.ErrMalformedJSON, 0, ""},
@@ -197,9 +192,23 @@ func TestGeminiErrors(t *testing.T) {
 		{"invalid utf8", "{\"contents\":[{\"parts\":[{\"text\":\"a\xff\"}]}]}", chat.ErrInvalidUTF8, 0, ""},
 		{"tools not array", `{"tools":{}}`, chat.ErrMalformedJSON, -1, "tools"},
 	}
+	checkDecodeErrors(t, Gemini, cases)
+}
+
+// decodeErrorCase is a body a decoder refuses, with the error and its position.
+type decodeErrorCase struct {
+	name, body string
+	want       error
+	index      int
+	field      string
+}
+
+// checkDecodeErrors decodes each case's body in format f and checks the typed error.
+func checkDecodeErrors(t *testing.T, f Format, cases []decodeErrorCase) {
+	t.Helper()
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := Decode(Gemini, []byte(c.body))
+			_, err := Decode(f, []byte(c.body))
 			if !errors.Is(err, c.want) {
 				t.Fatalf("err = %v, want %v", err, c.want)
 			}
@@ -237,34 +246,38 @@ func FuzzGemini(f *testing.F) {
 		f.Add([]byte(b))
 	}
 	f.Add([]byte(`{"contents":[{"role":"user","parts":[{"functionResponse":{"name":"x","response":"s"}},{"text":"t"}]},{"role":"model"},{"role":"function","parts":null}]}`))
-	f.Fuzz(func(t *testing.T, body []byte) {
-		req, err := DecodeGemini(body)
-		if err != nil {
-			var ce *chat.Error
-			if !errors.As(err, &ce) {
-				t.Fatalf("untyped error: %v", err)
-			}
-			return
+	f.Fuzz(func(t *testing.T, body []byte) { fuzzRoundTrip(t, Gemini, body) })
+}
+
+// fuzzRoundTrip decodes body in format f: a typed error, or a request that every format
+// encodes as valid JSON and whose encoding in f decodes again to the same encoding.
+func fuzzRoundTrip(t *testing.T, f Format, body []byte) {
+	req, err := Decode(f, body)
+	if err != nil {
+		var ce *chat.Error
+		if !errors.As(err, &ce) {
+			t.Fatalf("untyped error: %v", err)
 		}
-		for _, other := range []Format{OpenAI, Anthropic, Responses} {
-			if cross, err := Encode(other, req); err == nil && !json.Valid(cross) {
-				t.Fatalf("%s encoding is not valid JSON:\n%s", other, cross)
-			}
+		return
+	}
+	for _, other := range []Format{OpenAI, Anthropic, Responses, Gemini} {
+		if cross, err := Encode(other, req); err == nil && !json.Valid(cross) {
+			t.Fatalf("%s encoding is not valid JSON:\n%s", other, cross)
 		}
-		out, err := EncodeGemini(req)
-		if err != nil {
-			return // raw values the encoder refuses; never a panic
-		}
-		req2, err := DecodeGemini(out)
-		if err != nil {
-			t.Fatalf("re-decode of our own output failed: %v\n%s", err, out)
-		}
-		out2, err := EncodeGemini(req2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(out, out2) {
-			t.Fatalf("encoding not stable:\n%s\n%s", out, out2)
-		}
-	})
+	}
+	out, err := Encode(f, req)
+	if err != nil {
+		return // raw values the encoder refuses; never a panic
+	}
+	req2, err := Decode(f, out)
+	if err != nil {
+		t.Fatalf("re-decode of our own output failed: %v\n%s", err, out)
+	}
+	out2, err := Encode(f, req2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(out, out2) {
+		t.Fatalf("encoding not stable:\n%s\n%s", out, out2)
+	}
 }

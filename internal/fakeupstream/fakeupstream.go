@@ -212,6 +212,20 @@ func (s *Server) CutShort() int {
 	return s.cut
 }
 
+// readRequest reads a request's body; a body cut short is counted (CutShort), answered 400,
+// and reported false.
+func (s *Server) readRequest(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		s.mu.Lock()
+		s.cut++
+		s.mu.Unlock()
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return nil, false
+	}
+	return body, true
+}
+
 // Records returns a copy of what was received so far.
 func (s *Server) Records() []Record {
 	s.mu.Lock()
@@ -251,12 +265,8 @@ func (s *Server) serveModels(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, f wire.Format) {
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		s.mu.Lock()
-		s.cut++
-		s.mu.Unlock()
-		http.Error(w, err.Error(), http.StatusBadRequest)
+	body, ok := s.readRequest(w, r)
+	if !ok {
 		return
 	}
 	rec := Record{Format: string(f), Path: r.URL.Path, Headers: map[string]string{}}

@@ -3,7 +3,6 @@ package fakeupstream
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -66,12 +65,8 @@ func (s *Server) serveGemini(w http.ResponseWriter, r *http.Request) {
 		writeRaw(w, 404, `{"error":{"code":404,"message":"Method not found.","status":"NOT_FOUND"}}`)
 		return
 	}
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		s.mu.Lock()
-		s.cut++
-		s.mu.Unlock()
-		http.Error(w, err.Error(), http.StatusBadRequest)
+	body, ok := s.readRequest(w, r)
+	if !ok {
 		return
 	}
 	rec := Record{Format: string(wire.Gemini), Path: r.URL.Path, Model: model, Stream: method == "streamGenerateContent", Headers: map[string]string{}}
