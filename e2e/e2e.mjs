@@ -153,8 +153,8 @@ async function legacyCases() {
   report(names[1], r.anthropic, [secs]);
 }
 
-// The whole run is bounded: after 270 s every process the cases started is stopped.
-const DEADLINE = Number(process.env.E2E_DEADLINE_MS ?? 270000);
+// The whole run is bounded: after 330 s every process the cases started is stopped.
+const DEADLINE = Number(process.env.E2E_DEADLINE_MS ?? 330000);
 setTimeout(() => {
   console.error(`e2e: the run exceeded ${DEADLINE / 1000}s: stopping; the cases not reported count as failed`);
   killAll();

@@ -423,3 +423,99 @@ func TestGeminiKeyRedacted(t *testing.T) {
 		t.Fatalf("logs:\n%s", logs.String())
 	}
 }
+
+// geminiChunkEvent is an event of a Gemini stream holding parts and a finish reason.
+func geminiChunkEvent(finish string, parts ...string) sse.Event {
+	cand := `{"content":{"role":"model","parts":[` + strings.Join(parts, ",") + `]},"index":0`
+	if finish != "" {
+		cand += `,"finishReason":"` + finish + `"`
+	}
+	data := []byte(`{"candidates":[` + cand + `}],"usageMetadata":{"promptTokenCount":77}}`)
+	return sse.Event{Data: data, Raw: geminiEvent(data)}
+}
+
+// TestGeminiFilter: a stream's ctxmgr_read calls are taken out of the chunks; an answer whose
+// only calls are reads is held (its finish reason withheld) and its parts, signature included,
+// make the assistant message of the follow-up; beside another call the reads are dropped and
+// the stream ends as the upstream ends it.
+func TestGeminiFilter(t *testing.T) {
+	read := `{"functionCall":{"name":"ctxmgr_read","args":{"ref":"x"}},"thoughtSignature":"c2ln"}`
+	other := `{"functionCall":{"name":"ls","args":{}}}`
+	f := newFilter(FormatGemini, true)
+	var out []byte
+	for _, ev := range []sse.Event{geminiChunkEvent("", `{"text":"Let me "}`), geminiChunkEvent("STOP", `{"text":"look."}`, read)} {
+		out = append(out, f.event(ev)...)
+	}
+	if bytes.Contains(out, []byte("ctxmgr_read")) || bytes.Contains(out, []byte("finishReason")) || !bytes.Contains(out, []byte("look.")) {
+		t.Fatalf("client got:\n%s", out)
+	}
+	if f.usage() != 77 {
+		t.Errorf("usage %d", f.usage())
+	}
+	asst, calls := f.pending()
+	if len(calls) != 1 || calls[0].Args != `{"ref":"x"}` || len(asst.ToolCalls) != 1 || string(asst.ToolCalls[0].Extra["thoughtSignature"]) != `"c2ln"` || asst.Text() != "Let me \nlook." {
+		t.Fatalf("pending %+v %+v", asst, calls)
+	}
+	f.next()
+	if end := f.event(geminiChunkEvent("STOP", `{"text":"Read back."}`)); !bytes.Contains(end, []byte(`"finishReason":"STOP"`)) {
+		t.Fatalf("follow-up end %s", end)
+	}
+	if _, calls := f.pending(); calls != nil {
+		t.Fatalf("a finished stream has reads pending")
+	}
+
+	f = newFilter(FormatGemini, true)
+	out = f.event(geminiChunkEvent("STOP", read, other))
+	if bytes.Contains(out, []byte("ctxmgr_read")) || !bytes.Contains(out, []byte(`"name":"ls"`)) || !bytes.Contains(out, []byte("STOP")) {
+		t.Fatalf("mixed: %s", out)
+	}
+	if _, calls := f.pending(); calls != nil {
+		t.Fatalf("mixed answer held")
+	}
+	// Without the read tool, every event goes through byte for byte.
+	f = newFilter(FormatGemini, false)
+	ev := geminiChunkEvent("STOP", read)
+	if got := f.event(ev); !bytes.Equal(got, ev.Raw) {
+		t.Fatalf("changed: %s", got)
+	}
+}
+
+// TestGeminiStripReads: a non-streamed answer (or a JSON array) loses its ctxmgr_read calls;
+// left without calls, it ends (STOP) with a note when nothing else is left.
+func TestGeminiStripReads(t *testing.T) {
+	body := `{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"name":"ctxmgr_read","args":{}}}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":5}}`
+	got := stripReads(FormatGemini, []byte(body))
+	if bytes.Contains(got, []byte("ctxmgr_read")) || !bytes.Contains(got, []byte("could not be read back")) || !bytes.Contains(got, []byte("promptTokenCount")) {
+		t.Fatalf("%s", got)
+	}
+	arr := `[{"candidates":[{"content":{"role":"model","parts":[{"text":"a"}]}}]},{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"name":"ctxmgr_read","args":{}}},{"functionCall":{"name":"ls","args":{}}}]},"finishReason":"STOP"}]}]`
+	got = stripReads(FormatGemini, []byte(arr))
+	var v []map[string]any
+	if json.Unmarshal(got, &v) != nil || len(v) != 1 || bytes.Contains(got, []byte("ctxmgr_read")) || !bytes.Contains(got, []byte(`"ls"`)) || !bytes.Contains(got, []byte(`"text":"a"`)) {
+		t.Fatalf("%s", got)
+	}
+	m, calls, mixed, ok := findReads(FormatGemini, []byte(arr))
+	if !ok || !mixed || len(calls) != 1 || len(m.ToolCalls) != 2 {
+		t.Fatalf("findReads: %+v %+v %v %v", m, calls, mixed, ok)
+	}
+}
+
+func FuzzGeminiFilter(f *testing.F) {
+	f.Add([]byte(geminiChunkEvent("STOP", `{"functionCall":{"name":"ctxmgr_read","args":{}}}`).Data))
+	f.Add([]byte(`{"candidates":[{"content":{"parts":7},"finishReason":"STOP"}]}`))
+	f.Add([]byte(`{"candidates":null,"usageMetadata":{"promptTokenCount":"x"}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fl := newFilter(FormatGemini, true)
+		for _, ev := range []sse.Event{geminiChunkEvent("", `{"text":"a"}`), {Data: data, Raw: geminiEvent(data)}} {
+			out := fl.event(ev)
+			if len(out) > 0 && !bytes.HasSuffix(out, []byte("\r\n\r\n")) {
+				t.Fatalf("partial event %q", out)
+			}
+		}
+		fl.pending()
+		fl.next()
+		_ = fl.abort("x")
+		_ = stripReads(FormatGemini, data)
+		findReads(FormatGemini, data)
+	})
+}
