@@ -55,11 +55,10 @@ const cases = [
   { name: 'langchain ChatOpenAI', window: 16000, sessions: 1, run: clients.langchainOpenAI, paths: ['/v1/chat/completions'] },
   { name: 'langchain ChatAnthropic', window: 16000, sessions: 1, run: clients.langchainAnthropic, paths: ['/v1/messages'] },
   { name: 'openai sdk responses (store:false)', window: 16000, sessions: 1, run: clients.openaiResponses, paths: ['/v1/responses'] },
-  // The Gemini API: bodies are decoded whole (the decode cache continues the other formats).
-  { name: 'gemini-cli (gemini -p, API key, GOOGLE_GEMINI_BASE_URL)', window: 40000, sessions: 1, decodeCache: false, run: clients.geminiCLI, paths: geminiPaths('gemini-3.1-pro-preview') },
+  { name: 'gemini-cli (gemini -p, API key, GOOGLE_GEMINI_BASE_URL)', window: 40000, sessions: 1, run: clients.geminiCLI, paths: geminiPaths('gemini-3.1-pro-preview') },
   { name: 'qwen-code (qwen -p, OpenAI-compatible)', window: 40000, sessions: 1, run: clients.qwenCode, paths: ['/v1/chat/completions'] },
   { name: 'opencode (opencode run, openai-compatible provider)', window: 40000, sessions: 1, run: clients.openCode, paths: ['/v1/chat/completions'] },
-  { name: '@google/genai (generateContent, stream, parallel calls, countTokens)', window: 16000, sessions: 1, decodeCache: false, run: clients.googleGenAI, paths: geminiPaths(clients.GEMINI_MODEL) },
+  { name: '@google/genai (generateContent, stream, parallel calls, countTokens)', window: 16000, sessions: 1, run: clients.googleGenAI, paths: geminiPaths(clients.GEMINI_MODEL) },
 ];
 
 // The SDK and Gemini CLI call /v1beta (the SDK with a base URL of its own, /v1).

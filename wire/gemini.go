@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/ctxmgr/ctxmgr/chat"
@@ -76,6 +75,12 @@ const (
 // DecodeGemini decodes a Gemini generateContent body. Errors are *chat.Error values; Index is
 // the position of the content in contents.
 func DecodeGemini(body []byte) (*chat.Request, error) {
+	return decodeGemini(body, nil)
+}
+
+// decodeGemini is DecodeGemini; lay, when not nil, receives the layout after each content
+// (closed: the content is not a model turn whose calls a later content may answer).
+func decodeGemini(body []byte, lay *itemsLayout) (*chat.Request, error) {
 	top, err := topObject(body)
 	if err != nil {
 		return nil, err
@@ -115,7 +120,7 @@ func DecodeGemini(body []byte) (*chat.Request, error) {
 		if err := unmarshal(raw, &contents); err != nil {
 			return nil, malformed(-1, "contents", err)
 		}
-		if r.Messages, err = decodeGeminiContents(contents); err != nil {
+		if r.Messages, err = decodeGeminiContents(contents, 0, lay); err != nil {
 			return nil, err
 		}
 	}
@@ -129,7 +134,7 @@ func DecodeGemini(body []byte) (*chat.Request, error) {
 // DecodeGeminiContent decodes one content object (a candidate's content, say) into messages,
 // as DecodeGemini decodes an element of contents.
 func DecodeGeminiContent(raw json.RawMessage) ([]chat.Message, error) {
-	return decodeGeminiContents([]json.RawMessage{raw})
+	return decodeGeminiContents([]json.RawMessage{raw}, 0, nil)
 }
 
 func decodeGeminiSystem(raw json.RawMessage) (chat.Message, error) {
@@ -159,11 +164,17 @@ type geminiCall struct {
 	answered bool
 }
 
-func decodeGeminiContents(contents []json.RawMessage) ([]chat.Message, error) {
+// decodeGeminiContents decodes contents; base is the index of contents[0] in the body (for
+// error positions and made-up ids); lay, when not nil, receives the layout after each content.
+func decodeGeminiContents(contents []json.RawMessage, base int, lay *itemsLayout) ([]chat.Message, error) {
 	msgs := make([]chat.Message, 0, len(contents))
 	var calls []geminiCall // of the last model content
-	n := 0                 // calls seen, for made-up ids
-	for i, raw := range contents {
+	for j, raw := range contents {
+		if lay != nil && j > 0 {
+			lay.counts = append(lay.counts, len(msgs))
+			lay.closed = append(lay.closed, len(calls) == 0)
+		}
+		i := base + j
 		if err := checkText(i, "", raw); err != nil {
 			return nil, err
 		}
@@ -211,7 +222,7 @@ func decodeGeminiContents(contents []json.RawMessage) ([]chat.Message, error) {
 					return nil, malformed(i, fmt.Sprintf("parts[%d]", j), err)
 				}
 				if fc, ok := po["functionCall"]; ok {
-					tc, err := decodeGeminiCall(po, fc, &n)
+					tc, err := decodeGeminiCall(po, fc, fmt.Sprintf("%d.%d", i, len(m.ToolCalls)))
 					if err != nil {
 						return nil, malformed(i, fmt.Sprintf("parts[%d].functionCall", j), err)
 					}
@@ -279,10 +290,16 @@ func decodeGeminiContents(contents []json.RawMessage) ([]chat.Message, error) {
 			return nil, &chat.Error{Index: i, Field: "role", Err: chat.ErrUnknownRole, Detail: fmt.Sprintf("%q", r)}
 		}
 	}
+	if lay != nil && len(contents) > 0 {
+		lay.counts = append(lay.counts, len(msgs))
+		lay.closed = append(lay.closed, len(calls) == 0)
+	}
 	return msgs, nil
 }
 
-func decodeGeminiCall(po object, fc json.RawMessage, n *int) (chat.ToolCall, error) {
+// decodeGeminiCall decodes a functionCall part; a call without an id gets syntheticGeminiID +
+// pos (its content's index and its own in the content: the same in every body that holds it).
+func decodeGeminiCall(po object, fc json.RawMessage, pos string) (chat.ToolCall, error) {
 	var tc chat.ToolCall
 	delete(po, "functionCall")
 	f, err := splitObject(fc)
@@ -300,9 +317,8 @@ func decodeGeminiCall(po object, fc json.RawMessage, n *int) (chat.ToolCall, err
 		}
 	}
 	if tc.ID == "" {
-		tc.ID = syntheticGeminiID + strconv.Itoa(*n)
+		tc.ID = syntheticGeminiID + pos
 	}
-	*n++
 	if args, ok := f["args"]; ok {
 		tc.Arguments = string(args)
 		delete(f, "args")

@@ -281,3 +281,42 @@ func fuzzRoundTrip(t *testing.T, f Format, body []byte) {
 		t.Fatalf("encoding not stable:\n%s\n%s", out, out2)
 	}
 }
+
+// TestDecodeNextGemini: a growing Gemini conversation is decoded from where it differs from
+// the body before (every result equal to Decode's), resuming only where no model turn waits
+// for its function responses.
+func TestDecodeNextGemini(t *testing.T) {
+	contents := []string{
+		`{"role":"user","parts":[{"text":"<session_context>cwd /w</session_context>"},{"text":"run ls"}]}`,
+		`{"role":"model","parts":[{"text":"Listing."},{"functionCall":{"name":"ls","args":{"p":"."}},"thoughtSignature":` + geminiSig + `}]}`,
+		`{"role":"user","parts":[{"functionResponse":{"name":"ls","response":{"output":"a\nb"}}}]}`,
+		`{"role":"model","parts":[{"functionCall":{"id":"c2","name":"cat","args":{}}},{"functionCall":{"id":"c3","name":"cat","args":{}}}]}`,
+		`{"role":"user","parts":[{"functionResponse":{"id":"c3","name":"cat","response":{"output":"3"}}},{"functionResponse":{"id":"c2","name":"cat","response":{"output":"2"}}}]}`,
+		`{"role":"model","parts":[{"text":"two files"}]}`,
+		`{"role":"user","parts":[{"text":"now patch"}]}`,
+		`{"role":"model","parts":[{"functionCall":{"name":"patch","args":{}}}]}`,
+		`{"role":"user","parts":[{"functionResponse":{"name":"patch","response":{"output":"done"}}},{"text":"and test"}]}`,
+	}
+	conv := conversation(`{"systemInstruction":{"parts":[{"text":"You are an agent."}]},"contents":`, `,"tools":[{"functionDeclarations":[{"name":"ls"}]}],"generationConfig":{"maxOutputTokens":100}}`, contents)
+	reused := 0
+	for i := 1; i < len(conv); i++ {
+		if checkNext(t, Gemini, []byte(conv[i-1]), []byte(conv[i])) {
+			reused++
+		}
+		for j := 0; j < i; j++ {
+			checkNext(t, Gemini, []byte(conv[j]), []byte(conv[i]))
+			checkNext(t, Gemini, []byte(conv[i]), []byte(conv[j]))
+		}
+	}
+	if reused < len(conv)-3 {
+		t.Fatalf("reused the previous decoding for %d of %d bodies", reused, len(conv)-1)
+	}
+}
+
+func FuzzDecodeNextGemini(f *testing.F) {
+	for _, b := range geminiBodies {
+		f.Add([]byte(b), []byte(strings.Replace(b, `]}],`, `]},{"role":"user","parts":[{"text":"more"}]}],`, 1)))
+		f.Add([]byte(b), []byte(strings.Replace(b, `},{"role":"user"`, `}],"x":[{"role":"user"`, 1)))
+	}
+	f.Fuzz(func(t *testing.T, prev, next []byte) { fuzzNext(t, Gemini, prev, next) })
+}
