@@ -21,7 +21,7 @@
 // store failed), provider_state (the provider keeps the history) and path (GET /v1/models and
 // other paths). GET /healthz answers "ok"; GET /metrics serves Prometheus metrics; any other
 // path is passed through to the upstream its path and headers suggest (a /v1beta/ path,
-// x-goog-api-key or ?key=: Gemini; x-api-key or anthropic-version: Anthropic; else OpenAI).
+// x-goog-api-key: Gemini; x-api-key or anthropic-version: Anthropic; else OpenAI).
 // POST /v1/messages/count_tokens (and the other formats' counting endpoints) is answered by the proxy for a known
 // session (the tokens of the request it would forward; see count.go), else passed through.
 //

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"cmp"
 	"container/list"
 	"context"
 	"encoding/json"
@@ -142,7 +143,7 @@ func (s *Server) Close() error {
 
 // formatOf guesses the format of a request to a path the proxy does not manage.
 func formatOf(r *http.Request) Format {
-	if strings.HasPrefix(r.URL.Path, "/v1beta/") || r.Header.Get("X-Goog-Api-Key") != "" || r.URL.Query().Has("key") {
+	if strings.HasPrefix(r.URL.Path, "/v1beta/") || r.Header.Get("X-Goog-Api-Key") != "" {
 		return FormatGemini
 	}
 	if r.Header.Get("X-Api-Key") != "" || r.Header.Get("Anthropic-Version") != "" || strings.HasPrefix(r.URL.Path, "/v1/messages") {
@@ -261,11 +262,13 @@ func (s *Server) handlePassthrough(w http.ResponseWriter, r *http.Request) {
 			slog.String("reason", ReasonPath), slog.Int("status", status), slog.Duration("duration", time.Since(start)))
 	}()
 	base := s.cfg.upstream(f, "")
-	if base == "" && f != FormatGemini {
-		if f == FormatOpenAI {
+	if base == "" {
+		// No upstream of the format: another (a Gemini path, the OpenAI one first).
+		switch f {
+		case FormatOpenAI:
 			base = s.cfg.UpstreamAnthropic
-		} else {
-			base = s.cfg.UpstreamOpenAI
+		default:
+			base = cmp.Or(s.cfg.UpstreamOpenAI, s.cfg.UpstreamAnthropic)
 		}
 	}
 	target, err := targetURL(base, r)
