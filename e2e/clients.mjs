@@ -18,6 +18,7 @@ import { createAnthropic } from '@ai-sdk/anthropic';
 import { ChatOpenAI } from '@langchain/openai';
 import { ChatAnthropic } from '@langchain/anthropic';
 import { ToolMessage, HumanMessage } from '@langchain/core/messages';
+import { GoogleGenAI } from '@google/genai';
 import { runProcess, marker, writeSteps, AGENT_DONE } from './lib.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -180,6 +181,200 @@ export async function openaiResponses({ proxy, work }) {
   const reads = (await proxy.metrics()).get('ctxmgr_reads_total');
   if (reads !== 2) fails.push(`ctxmgr_reads_total is ${reads}, want 2`);
   return { fails, notes: [`${input.length} input items, ${reads} ctxmgr_read round trips`] };
+}
+
+// --- the @google/genai SDK (the Gemini API) ---
+
+// The model of the Gemini cases: a Gemini 3 model, so that the fake refuses any function call
+// sent back without the thoughtSignature it issued with it.
+export const GEMINI_MODEL = 'gemini-3-pro-preview';
+
+export async function googleGenAI({ proxy, work }) {
+  const fails = [];
+  const notes = [];
+  const steps = [10, 8];
+  const prompts = twoTurns(work, steps);
+  const ai = new GoogleGenAI({ apiKey: 'AIza-e2e-genai', httpOptions: { baseUrl: proxy.url } });
+  const config = {
+    systemInstruction: 'You are a coding agent under an end-to-end test.',
+    tools: [{ functionDeclarations: Object.keys(TOOL_DESC).map((name) => ({ name, description: TOOL_DESC[name], parametersJsonSchema: TOOL_SCHEMA[name] })) }],
+    maxOutputTokens: 1024,
+  };
+  const contents = [];
+  // One model call: the model's parts (all of a stream's chunks) as the SDK gives them, the
+  // thoughtSignature of each part included, appended to the history as they are.
+  const call = async (stream) => {
+    let parts = [];
+    let finish = '';
+    if (stream) {
+      for await (const chunk of await ai.models.generateContentStream({ model: GEMINI_MODEL, contents, config })) {
+        const c = chunk.candidates?.[0];
+        parts.push(...(c?.content?.parts ?? []));
+        if (c?.finishReason) finish = c.finishReason;
+      }
+    } else {
+      const r = await ai.models.generateContent({ model: GEMINI_MODEL, contents, config });
+      parts = r.candidates?.[0]?.content?.parts ?? [];
+      finish = r.candidates?.[0]?.finishReason ?? '';
+    }
+    if (!finish) throw new Error(`the answer has no finish reason: ${JSON.stringify(parts).slice(0, 300)}`);
+    // Adjacent plain text parts (a stream's pieces) are joined, as Gemini CLI does; a part
+    // with a thoughtSignature or a thought is kept as it came.
+    const merged = [];
+    for (const p of parts) {
+      const prev = merged[merged.length - 1];
+      const plain = (x) => x && Object.keys(x).length === 1 && typeof x.text === 'string';
+      if (plain(p) && plain(prev)) merged[merged.length - 1] = { text: prev.text + p.text };
+      else merged.push(p);
+    }
+    parts = merged;
+    contents.push({ role: 'model', parts });
+    return parts;
+  };
+  const text = (parts) => parts.filter((p) => typeof p.text === 'string' && !p.thought).map((p) => p.text).join('');
+  let calls = 0;
+  let parallel = 0;
+  const loop = async (prompt, stream, max, answer) => {
+    contents.push({ role: 'user', parts: [{ text: prompt }] });
+    for (let i = 0; i < max; i++) {
+      const parts = await call(stream);
+      const fcs = parts.filter((p) => p.functionCall).map((p) => p.functionCall);
+      if (!fcs.length) return text(parts);
+      if (fcs.some((f) => f.name === 'ctxmgr_read')) fails.push('the client got a ctxmgr_read call');
+      if (fcs.length > 1) parallel++;
+      calls += fcs.length;
+      contents.push({ role: 'user', parts: fcs.map((f) => ({ functionResponse: { ...(f.id ? { id: f.id } : {}), name: f.name, response: { output: answer(f) } } })) });
+    }
+    return null;
+  };
+  for (const [turn, prompt] of prompts.entries()) {
+    const final = await loop(prompt, turn === 1, steps[turn] + 2, (f) => runTool(f.name, f.args, work));
+    expectDone(fails, turn === 1 ? 'generateContentStream' : 'generateContent', final, steps[turn]);
+  }
+  // Parallel function calls: two calls in one answer, answered in one content.
+  for (const stream of [false, true]) {
+    const final = await loop('run the linters in parallel', stream, 3, (f) => `ran ${JSON.stringify(f.args)}\n`.repeat(40));
+    if (!String(final).startsWith('Done: ')) fails.push(`parallel calls (${stream ? 'stream' : 'not streamed'}): the answer is ${JSON.stringify(String(final).slice(0, 200))}`);
+  }
+  if (parallel !== 2) fails.push(`${parallel} answers with parallel calls, want 2`);
+  // ctxmgr_read, as a Gemini function call the proxy answers itself.
+  for (const stream of [false, true]) {
+    const final = await loop('now read back the full output of the earlier command', stream, 2, () => 'unexpected');
+    if (!String(final).startsWith('Read back: ')) fails.push(`read back (${stream ? 'stream' : 'not streamed'}): the answer is ${JSON.stringify(String(final).slice(0, 200))}`);
+  }
+  const reads = (await proxy.metrics()).get('ctxmgr_reads_total');
+  if (reads !== 2) fails.push(`ctxmgr_reads_total is ${reads}, want 2`);
+  // countTokens of the history: answered by the proxy for what it would forward.
+  const counted = await ai.models.countTokens({ model: GEMINI_MODEL, contents });
+  const raw = JSON.stringify(contents).length / 4;
+  if (!(counted.totalTokens > 0 && counted.totalTokens < raw / 2)) fails.push(`countTokens: ${counted.totalTokens} tokens for a history of about ${Math.round(raw)}`);
+  notes.push(`${contents.length} contents, ${calls} function calls, ${reads} ctxmgr_read round trips, countTokens ${counted.totalTokens}`);
+  return { fails, notes };
+}
+
+// --- Gemini CLI and its fork Qwen Code: headless agents with a settings.json ---
+
+// cliSettings writes a Gemini CLI-style settings.json (DIR/home/.NAME/settings.json) selecting
+// the auth type, with usage statistics, telemetry and update checks off, and returns the home.
+function cliSettings(dir, name, auth) {
+  const home = path.join(dir, 'home');
+  fs.mkdirSync(path.join(home, name), { recursive: true });
+  fs.writeFileSync(path.join(home, name, 'settings.json'), JSON.stringify({
+    security: { auth: { selectedType: auth } },
+    privacy: { usageStatisticsEnabled: false },
+    telemetry: { enabled: false },
+    general: { disableAutoUpdate: true, disableUpdateNag: true },
+  }, null, 2));
+  return home;
+}
+
+// runScript runs a headless agent once through an agent script of `steps` steps and checks
+// that it exits 0 with the script's final answer.
+async function runScript(what, bin, args, { work, dir, env, steps }) {
+  fs.mkdirSync(env.TMPDIR, { recursive: true });
+  const fails = [];
+  const r = await runProcess(path.join(NODE_BIN, bin), args, { cwd: work, env, timeoutMs: 120000, logFile: path.join(dir, 'client1.log') });
+  if (r.code !== 0) fails.push(`${bin} exited with ${r.code ?? r.signal}${r.timedOut ? ' (timed out)' : ''}: ${(r.stdout + r.stderr).trim().slice(0, 400)}`);
+  else expectDone(fails, what, r.stdout, steps);
+  return { fails, notes: [`${what}, ${steps} tool steps`] };
+}
+
+export async function geminiCLI({ proxy, trap, work, dir }) {
+  // ~100K tokens of tool output through a 40K window. Gemini CLI 0.61.0 masks old tool outputs
+  // itself once its estimate of them passes 80K tokens (50K kept, 30K to mask; not settable
+  // then), which rewrites earlier messages (the proxy follows such an edit as a branch): the
+  // script stays below that, so that the proxy alone manages the history.
+  const steps = 20;
+  const files = path.join(work, 'files'); // inside the workspace: Gemini CLI reads nothing outside
+  writeSteps(files, steps, 5000, 'gemini');
+  const home = cliSettings(dir, '.gemini', 'gemini-api-key');
+  const env = {
+    PATH: process.env.PATH, HOME: home, TMPDIR: path.join(dir, 'tmp'),
+    GOOGLE_GEMINI_BASE_URL: proxy.url, GEMINI_API_KEY: 'AIza-e2e-gemini-cli',
+    GEMINI_CLI_TRUST_WORKSPACE: 'true', NO_COLOR: '1',
+    ...trap.env,
+  };
+  // One run: Gemini CLI 0.61.0 resumes (--resume) a history with tool calls by sending each
+  // function response twice, which the Gemini API refuses with or without the proxy.
+  return runScript('gemini -p', 'gemini', ['-p', `Run the build steps and report. ${marker(steps, files)}`, '-m', GEMINI_MODEL, '--yolo', '--output-format', 'text'],
+    { work, dir, env, steps });
+}
+
+// Qwen Code (qwen -p) in its OpenAI-compatible mode.
+export async function qwenCode({ proxy, trap, work, dir }) {
+  const steps = 24; // ~120K tokens of tool output through a 40K window
+  const files = path.join(work, 'files');
+  writeSteps(files, steps, 5000, 'qwen');
+  const home = cliSettings(dir, '.qwen', 'openai');
+  const env = {
+    PATH: process.env.PATH, HOME: home, TMPDIR: path.join(dir, 'tmp'),
+    OPENAI_BASE_URL: `${proxy.url}/v1`, OPENAI_API_KEY: 'sk-e2e-qwen-code', OPENAI_MODEL: 'gpt-4o',
+    QWEN_CODE_SUPPRESS_YOLO_WARNING: '1', NO_COLOR: '1',
+    ...trap.env,
+  };
+  return runScript('qwen -p', 'qwen', ['-p', `Run the build steps and report. ${marker(steps, files)}`, '--yolo', '--output-format', 'text'],
+    { work, dir, env, steps });
+}
+
+// --- OpenCode (opencode run, a provider whose baseURL is the proxy) ---
+
+export async function openCode({ proxy, trap, work, dir }) {
+  const steps = 24; // ~120K tokens of tool output through a 40K window
+  const files = path.join(work, 'files');
+  writeSteps(files, steps, 5000, 'opencode');
+  const home = path.join(dir, 'home');
+  fs.mkdirSync(home, { recursive: true });
+  // A provider of the bundled @ai-sdk/openai-compatible package (nothing to install) whose
+  // baseURL is the proxy.
+  fs.writeFileSync(path.join(work, 'opencode.json'), JSON.stringify({
+    $schema: 'https://opencode.ai/config.json',
+    provider: {
+      ctxmgr: {
+        npm: '@ai-sdk/openai-compatible', name: 'ctxmgr',
+        options: { baseURL: `${proxy.url}/v1`, apiKey: 'sk-e2e-opencode' },
+        models: { 'gpt-4o': { name: 'gpt-4o', limit: { context: 40000, output: 4096 } } },
+      },
+    },
+    model: 'ctxmgr/gpt-4o', small_model: 'ctxmgr/gpt-4o',
+    autoupdate: false, share: 'disabled',
+    agent: { title: { disable: true } },
+  }, null, 2));
+  const env = {
+    PATH: process.env.PATH, HOME: home, TMPDIR: path.join(dir, 'tmp'),
+    XDG_CONFIG_HOME: path.join(home, '.config'), XDG_DATA_HOME: path.join(home, '.local', 'share'),
+    XDG_CACHE_HOME: path.join(home, '.cache'), XDG_STATE_HOME: path.join(home, '.local', 'state'),
+    // No update check, models.dev catalog, plugin install (the default plugins are installed in
+    // the background from npm), LSP download, sharing, or other agents' settings; and no
+    // compaction or pruning of its own: the proxy manages the history.
+    OPENCODE_DISABLE_AUTOUPDATE: '1', OPENCODE_DISABLE_MODELS_FETCH: '1', OPENCODE_DISABLE_DEFAULT_PLUGINS: '1',
+    OPENCODE_DISABLE_LSP_DOWNLOAD: '1', OPENCODE_DISABLE_SHARE: '1', OPENCODE_DISABLE_CLAUDE_CODE: '1',
+    OPENCODE_DISABLE_EXTERNAL_SKILLS: '1', OPENCODE_DISABLE_AUTOCOMPACT: '1', OPENCODE_DISABLE_PRUNE: '1',
+    ...trap.env,
+    // Its background install of @opencode-ai/plugin into its config directory goes to a
+    // registry on loopback that refuses it, instead of npmjs.org.
+    npm_config_registry: 'http://127.0.0.1:9/', NPM_CONFIG_REGISTRY: 'http://127.0.0.1:9/',
+  };
+  return runScript('opencode run', 'opencode', ['run', `Run the build steps and report. ${marker(steps, files)}`], { work, dir, env, steps });
 }
 
 // --- Claude Code (claude -p, its own Bash and Read tools) ---

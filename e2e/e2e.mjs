@@ -1,6 +1,6 @@
 // End-to-end test of `ctxmgr serve` with real clients installed from npm at pinned versions
-// (package.json / package-lock.json): Claude Code, Codex CLI, the AI SDK, LangChain JS and the
-// official openai and @anthropic-ai/sdk packages.
+// (package.json / package-lock.json): Claude Code, Codex CLI, Gemini CLI, Qwen Code, OpenCode,
+// the AI SDK, LangChain JS and the official openai, @anthropic-ai/sdk and @google/genai packages.
 //
 // run.sh builds ctxmgr and the fake upstream and runs this script with CTXMGR_BIN, FAKE_BIN and
 // WORK (a scratch directory) set. Every client is a separate case with its own fake upstream
@@ -55,7 +55,16 @@ const cases = [
   { name: 'langchain ChatOpenAI', window: 16000, sessions: 1, run: clients.langchainOpenAI, paths: ['/v1/chat/completions'] },
   { name: 'langchain ChatAnthropic', window: 16000, sessions: 1, run: clients.langchainAnthropic, paths: ['/v1/messages'] },
   { name: 'openai sdk responses (store:false)', window: 16000, sessions: 1, run: clients.openaiResponses, paths: ['/v1/responses'] },
+  { name: 'gemini-cli (gemini -p, API key, GOOGLE_GEMINI_BASE_URL)', window: 40000, sessions: 1, run: clients.geminiCLI, paths: geminiPaths('gemini-3.1-pro-preview') },
+  { name: 'qwen-code (qwen -p, OpenAI-compatible)', window: 40000, sessions: 1, run: clients.qwenCode, paths: ['/v1/chat/completions'] },
+  { name: 'opencode (opencode run, openai-compatible provider)', window: 40000, sessions: 1, run: clients.openCode, paths: ['/v1/chat/completions'] },
+  { name: '@google/genai (generateContent, stream, parallel calls, countTokens)', window: 16000, sessions: 1, run: clients.googleGenAI, paths: geminiPaths(clients.GEMINI_MODEL) },
 ];
+
+// The SDK and Gemini CLI call /v1beta (the SDK with a base URL of its own, /v1).
+function geminiPaths(model) {
+  return ['v1', 'v1beta'].flatMap((v) => [`/${v}/models/${model}:generateContent`, `/${v}/models/${model}:streamGenerateContent`]);
+}
 
 const results = [];
 function report(name, fails, notes) {
@@ -143,8 +152,8 @@ async function legacyCases() {
   report(names[1], r.anthropic, [secs]);
 }
 
-// The whole run is bounded: after 270 s every process the cases started is stopped.
-const DEADLINE = Number(process.env.E2E_DEADLINE_MS ?? 270000);
+// The whole run is bounded: after 330 s every process the cases started is stopped.
+const DEADLINE = Number(process.env.E2E_DEADLINE_MS ?? 330000);
 setTimeout(() => {
   console.error(`e2e: the run exceeded ${DEADLINE / 1000}s: stopping; the cases not reported count as failed`);
   killAll();

@@ -72,7 +72,7 @@ export async function startProxy(dir, upstream, window, n = 0) {
   const addrFile = path.join(dir, `proxy${n}.addr`);
   const log = fs.openSync(path.join(dir, 'proxy.log'), 'a');
   const child = track(spawn(BIN, ['serve', '--listen', '127.0.0.1:0', '--addr-file', addrFile,
-    '--upstream-openai', upstream, '--upstream-anthropic', upstream,
+    '--upstream-openai', upstream, '--upstream-anthropic', upstream, '--upstream-gemini', upstream,
     '--store', `sqlite:${path.join(dir, 'ctxmgr.db')}`, '--window', String(window),
     '--log-format', 'json', '--shutdown-timeout', '20s'], { stdio: ['ignore', log, log] }));
   fs.writeFileSync(path.join(dir, 'proxy.pid'), String(child.pid));

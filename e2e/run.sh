@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end test of `ctxmgr serve` with real clients installed from npm at pinned versions
-# (Claude Code, Codex CLI, AI SDK, LangChain JS, the openai and @anthropic-ai/sdk packages).
+# (Claude Code, Codex CLI, Gemini CLI, Qwen Code, OpenCode, AI SDK, LangChain JS, the openai,
+# @anthropic-ai/sdk and @google/genai packages).
 #
 # Builds ctxmgr and the fake upstream, installs the clients with `npm ci` (package-lock.json),
 # and runs e2e.mjs, which gives each client its own fake upstream, `ctxmgr serve` (small window,

@@ -237,6 +237,9 @@ func writeLocal(w http.ResponseWriter, f Format, model string, stream, includeUs
 	case FormatResponses:
 		writeResponsesLocal(w, model, stream, text)
 		return
+	case FormatGemini:
+		writeGeminiLocal(w, model, stream, true, text)
+		return
 	case FormatAnthropic:
 		writeAnthropicMessage(w, model, stream, []map[string]any{{"type": "text", "text": text}}, "end_turn", nil, nil)
 		return
@@ -271,9 +274,12 @@ func writeError(w http.ResponseWriter, f Format, status int, typ, msg string) {
 	w.Header().Set("X-Ctxmgr-Local", "1")
 	w.WriteHeader(status)
 	var v any
-	if f == FormatAnthropic {
+	switch f {
+	case FormatAnthropic:
 		v = map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg}}
-	} else {
+	case FormatGemini:
+		v = map[string]any{"error": map[string]any{"code": status, "message": msg, "status": geminiStatus(status)}}
+	default:
 		v = map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": nil}}
 	}
 	_ = json.NewEncoder(w).Encode(v)

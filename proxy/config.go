@@ -30,6 +30,9 @@ const (
 	// FormatResponses is the OpenAI Responses API (POST /v1/responses). Its requests go to
 	// the OpenAI upstream, and routes of format "openai" apply to it.
 	FormatResponses = wire.Responses
+	// FormatGemini is the Gemini API (POST /v1beta/models/{model}:generateContent and
+	// :streamGenerateContent). Its requests go to Config.UpstreamGemini.
+	FormatGemini = wire.Gemini
 )
 
 // Route sends the requests of one format whose model starts with ModelPrefix to URL. The
@@ -56,6 +59,10 @@ type Config struct {
 	// ("/v1/chat/completions"); a base that already ends in "/v1" is not doubled.
 	UpstreamOpenAI    string
 	UpstreamAnthropic string
+	// UpstreamGemini is the base URL Gemini API requests are forwarded to, e.g.
+	// "https://generativelanguage.googleapis.com" (the path, "/v1beta/models/...", is
+	// appended).
+	UpstreamGemini string
 	// Routes choose an upstream by model prefix (config-file alternative).
 	Routes []Route
 
@@ -203,10 +210,10 @@ func (c Config) withDefaults() Config {
 // validate checks c; addressed: the requests name their upstream (Transport), none need be
 // configured.
 func (c Config) validate(addressed bool) error {
-	if !addressed && c.UpstreamOpenAI == "" && c.UpstreamAnthropic == "" && len(c.Routes) == 0 {
-		return fmt.Errorf("proxy: no upstream: set UpstreamOpenAI, UpstreamAnthropic or Routes")
+	if !addressed && c.UpstreamOpenAI == "" && c.UpstreamAnthropic == "" && c.UpstreamGemini == "" && len(c.Routes) == 0 {
+		return fmt.Errorf("proxy: no upstream: set UpstreamOpenAI, UpstreamAnthropic, UpstreamGemini or Routes")
 	}
-	for name, u := range map[string]string{"UpstreamOpenAI": c.UpstreamOpenAI, "UpstreamAnthropic": c.UpstreamAnthropic} {
+	for name, u := range map[string]string{"UpstreamOpenAI": c.UpstreamOpenAI, "UpstreamAnthropic": c.UpstreamAnthropic, "UpstreamGemini": c.UpstreamGemini} {
 		if u != "" && !isHTTPURL(u) {
 			return fmt.Errorf("proxy: %s %q: want an http:// or https:// URL with a host", name, u)
 		}
@@ -218,8 +225,8 @@ func (c Config) validate(addressed bool) error {
 		return fmt.Errorf("proxy: window %d must be positive", c.Window)
 	}
 	for _, r := range c.Routes {
-		if r.Format != FormatOpenAI && r.Format != FormatAnthropic {
-			return fmt.Errorf("proxy: route %q: format %q must be openai or anthropic", r.ModelPrefix, r.Format)
+		if r.Format != FormatOpenAI && r.Format != FormatAnthropic && r.Format != FormatGemini {
+			return fmt.Errorf("proxy: route %q: format %q must be openai, anthropic or gemini", r.ModelPrefix, r.Format)
 		}
 		if !isHTTPURL(r.URL) {
 			return fmt.Errorf("proxy: route %q: url %q: want an http:// or https:// URL with a host", r.ModelPrefix, r.URL)
@@ -258,8 +265,11 @@ func (c *Config) upstream(f Format, model string) string {
 	if n >= 0 {
 		return best
 	}
-	if f == FormatAnthropic {
+	switch f {
+	case FormatAnthropic:
 		return c.UpstreamAnthropic
+	case FormatGemini:
+		return c.UpstreamGemini
 	}
 	return c.UpstreamOpenAI
 }
@@ -286,6 +296,10 @@ var knownWindows = []ModelLimits{
 	{Prefix: "o4-mini", Window: 200000},
 	{Prefix: "claude-", Window: 200000},
 	{Prefix: "gemini-", Window: 1000000},
+	{Prefix: "gemini-1.5-pro", Window: 2000000},
+	{Prefix: "gemini-2.0-flash", Window: 1048576},
+	{Prefix: "gemini-2.5-", Window: 1048576},
+	{Prefix: "gemini-3-", Window: 1048576},
 	{Prefix: "deepseek-", Window: 64000},
 }
 
@@ -328,6 +342,7 @@ func longestPrefix(list []ModelLimits, model string) (ModelLimits, bool) {
 //	  "listen": "127.0.0.1:8088",
 //	  "upstream_openai": "https://api.openai.com",
 //	  "upstream_anthropic": "https://api.anthropic.com",
+//	  "upstream_gemini": "https://generativelanguage.googleapis.com",
 //	  "store": "sqlite:./ctxmgr.db",
 //	  "window": 200000,
 //	  "preset": "default",
@@ -343,6 +358,7 @@ type FileConfig struct {
 	Listen            string        `json:"listen,omitempty"`
 	UpstreamOpenAI    string        `json:"upstream_openai,omitempty"`
 	UpstreamAnthropic string        `json:"upstream_anthropic,omitempty"`
+	UpstreamGemini    string        `json:"upstream_gemini,omitempty"`
 	Store             string        `json:"store,omitempty"`
 	Window            int           `json:"window,omitempty"`
 	MaxOutput         int           `json:"max_output,omitempty"`

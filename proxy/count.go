@@ -14,7 +14,8 @@ import (
 	"github.com/ctxmgr/ctxmgr/wire"
 )
 
-// Token counting endpoints (POST /v1/messages/count_tokens, POST /v1/responses/input_tokens).
+// Token counting endpoints (POST /v1/messages/count_tokens, POST /v1/responses/input_tokens,
+// POST /v1beta/models/{model}:countTokens).
 //
 // A client that counts its own history to decide when to compact (Claude Code does) would
 // otherwise count what it keeps, not what the proxy sends, and compact a history the proxy
@@ -35,14 +36,25 @@ func (s *Server) handleCountTokens(f Format) http.HandlerFunc {
 			writeError(w, f, http.StatusRequestEntityTooLarge, "request_too_large", "reading the request body: "+err.Error())
 			return
 		}
-		dec, err := wire.Decode(f, body)
+		toCount, model := body, ""
+		if f == FormatGemini {
+			toCount = geminiCountBody(body)
+			model, _ = geminiCall(r)
+		}
+		dec, err := wire.Decode(f, toCount)
+		if err == nil && f != FormatGemini {
+			_ = json.Unmarshal(dec.Extra["model"], &model)
+		}
 		if err == nil && providerState(f, dec) == "" {
-			if n, id, ok := s.managedCount(r.Context(), f, r.Header.Get(SessionHeader), dec); ok {
+			if n, id, ok := s.managedCount(r.Context(), f, model, r.Header.Get(SessionHeader), dec); ok {
 				w.Header().Set("Content-Type", "application/json")
 				w.Header().Set(SessionHeader, id)
-				if f == FormatResponses {
+				switch f {
+				case FormatResponses:
 					_, _ = io.WriteString(w, `{"object":"response.input_tokens","input_tokens":`+strconv.Itoa(n)+`}`)
-				} else {
+				case FormatGemini:
+					_, _ = io.WriteString(w, `{"totalTokens":`+strconv.Itoa(n)+`}`)
+				default:
 					_, _ = io.WriteString(w, `{"input_tokens":`+strconv.Itoa(n)+`}`)
 				}
 				s.metrics.requests.WithLabelValues(string(f), "200").Inc()
@@ -64,9 +76,7 @@ func (s *Server) handleCountTokens(f Format) http.HandlerFunc {
 // messages take the request over the compaction threshold the count is that of the request
 // before the compaction the send will make: never below what is sent (an agent that compacts
 // on its own count may compact early, never overflow because of it).
-func (s *Server) managedCount(ctx context.Context, f Format, header string, req *chat.Request) (int, string, bool) {
-	var model string
-	_ = json.Unmarshal(req.Extra["model"], &model)
+func (s *Server) managedCount(ctx context.Context, f Format, model, header string, req *chat.Request) (int, string, bool) {
 	window, def := s.cfg.limits(model)
 	_, asked := askedMaxTokens(req.Extra)
 	m, key, err := s.manager(f, model, window, replyReserve(window, asked, def))

@@ -1,5 +1,5 @@
-// Package proxy is an OpenAI- and Anthropic-compatible HTTP proxy that manages the context of
-// any agent that talks to it (ctxmgr serve).
+// Package proxy is an OpenAI-, Anthropic- and Gemini-compatible HTTP proxy that manages the
+// context of any agent that talks to it (ctxmgr serve).
 //
 // A Go program gets the same management in process, without a socket: NewTransport returns an
 // http.RoundTripper that serves each managed request through the Handler's own code and sends
@@ -8,9 +8,11 @@
 //
 // # Endpoints
 //
-// POST /v1/chat/completions (OpenAI), POST /v1/messages (Anthropic) and POST /v1/responses
-// (the OpenAI Responses API, see responses.go), streaming (SSE) and not, are forwarded to the upstream of their format (Config.UpstreamOpenAI,
-// Config.UpstreamAnthropic, or a Route chosen by model prefix) with the conversation managed.
+// POST /v1/chat/completions (OpenAI), POST /v1/messages (Anthropic), POST /v1/responses
+// (the OpenAI Responses API, see responses.go) and POST /v1beta/models/{model}:generateContent
+// and :streamGenerateContent (the Gemini API, see gemini.go), streaming and not, are forwarded
+// to the upstream of their format (Config.UpstreamOpenAI, Config.UpstreamAnthropic,
+// Config.UpstreamGemini, or a Route chosen by model prefix) with the conversation managed.
 // Everything the proxy does not manage passes through untouched: unknown body fields (kept
 // verbatim by package wire), request headers (Authorization, x-api-key, anthropic-version,
 // anthropic-beta, ... except hop-by-hop ones, Host, Content-Length, Accept-Encoding and
@@ -24,8 +26,9 @@
 // store failed), provider_state (the provider keeps the history) and path (GET /v1/models and
 // other paths). GET /healthz answers "ok"; GET /metrics serves Prometheus metrics; /ui/
 // serves the session inspector (inspector.go; Config.UILoopback, Config.UIToken); any other
-// path is passed through to the upstream its headers suggest (x-api-key or anthropic-version:
-// Anthropic; else OpenAI). POST /v1/messages/count_tokens is answered by the proxy for a known
+// path is passed through to the upstream its path and headers suggest (a /v1beta/ path,
+// x-goog-api-key: Gemini; x-api-key or anthropic-version: Anthropic; else OpenAI).
+// POST /v1/messages/count_tokens (and the other formats' counting endpoints) is answered by the proxy for a known
 // session (the tokens of the request it would forward; see count.go), else passed through.
 //
 // Every role and block the APIs accept is modelled or carried verbatim (package wire):

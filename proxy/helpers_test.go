@@ -325,16 +325,89 @@ func histogram(o prometheus.Observer) (uint64, float64) {
 	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
 }
 
-// checkRecovered asserts that the upstream refused at least one request as an overflow and
-// that each refused request was followed by a smaller one; it returns the refusals.
+// longConversation drives the long-conversation scenario through turn (a client's turn, its
+// tool loop included): 24 turns of tool calls (parallel ones every fourth turn) whose outputs
+// far exceed window, then a read back the proxy answers through ctxmgr_read. It checks what
+// every format's long conversation must show: each turn answered after its tool results, the
+// read back answered without the client seeing the call (called lists the tools the client
+// saw called), every upstream request fit and well formed and answered as format, one session,
+// management and offload. It returns the records, the session's stats and the history's size.
+func longConversation(t *testing.T, e *env, window int, format string, turn func(ctx context.Context, text string) (string, error), called func() []string) ([]fakeupstream.Record, ctxmgr.Stats, int) {
+	t.Helper()
+	ctx := ctxT(t)
+	for i := 0; i < 24; i++ {
+		msg := fmt.Sprintf("turn %d: run the tests", i)
+		if i%4 == 0 {
+			msg += " in parallel"
+		}
+		text, err := turn(ctx, msg)
+		if err != nil {
+			t.Fatalf("turn %d: %v", i, err)
+		}
+		if !strings.HasPrefix(text, "Done: ") {
+			t.Fatalf("turn %d: answer %q", i, text)
+		}
+	}
+	n := len(e.fake.Records())
+	out, err := turn(ctx, "now read back the full output")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(out, "Read back: [ctxmgr_read") {
+		t.Fatalf("answer %q", out)
+	}
+	for _, name := range called() {
+		if name == readToolName {
+			t.Fatalf("the client saw a ctxmgr_read call")
+		}
+	}
+	recs := e.fake.Records()
+	if tail := recs[n:]; len(tail) != 2 || tail[0].Reply != "ctxmgr_read" || !contains(tail[0].Tools, readToolName) {
+		t.Fatalf("want a ctxmgr_read call and its follow-up, got %+v", tail)
+	}
+	checkRecords(t, recs, window)
+	for _, r := range recs {
+		if r.Status != 200 || r.Format != format {
+			t.Errorf("request %d: %s answered %d (%s)", r.Seq, r.Format, r.Status, r.Rule)
+		}
+	}
+	// One session, found again on every request.
+	e.srv.sessMu.Lock()
+	if len(e.srv.sessions) != 1 {
+		t.Errorf("%d sessions", len(e.srv.sessions))
+	}
+	var ps *psession
+	for _, p := range e.srv.sessions {
+		ps = p
+	}
+	e.srv.sessMu.Unlock()
+	st := ps.sess.Stats()
+	// Management: a summary, or old results masked (the default preset masks before it
+	// summarizes), with their full text in the store.
+	if st.Evicted == 0 && st.Masked == 0 || len(st.Offloads) == 0 {
+		t.Errorf("no compaction or offload: %+v", st)
+	}
+	raw := 0
+	for _, m := range ps.sess.History() {
+		raw += e.fake.Count(&chat.Request{Messages: []chat.Message{m}})
+	}
+	if raw < 5*window {
+		t.Fatalf("history of %d tokens does not far exceed the window %d", raw, window)
+	}
+	return recs, st, raw
+}
+
+// checkRecovered asserts that the upstream refused at least one request for its window (else
+// the test proves nothing) and that each refused request was followed by a smaller retry; it
+// returns the refusals.
 func checkRecovered(t testing.TB, recs []fakeupstream.Record) int {
 	t.Helper()
 	rejected := 0
 	for i, r := range recs {
 		if r.Status == 400 {
 			rejected++
-			if i+1 >= len(recs) || recs[i+1].Tokens >= r.Tokens {
-				t.Errorf("request %d rejected at %d tokens; the retry is not smaller", r.Seq, r.Tokens)
+			if r.Rule != fakeupstream.RuleWindow || i+1 >= len(recs) || recs[i+1].Tokens >= r.Tokens {
+				t.Errorf("request %d rejected (%s) at %d tokens; the retry is not smaller", r.Seq, r.Rule, r.Tokens)
 			}
 		}
 	}
@@ -342,4 +415,14 @@ func checkRecovered(t testing.TB, recs []fakeupstream.Record) int {
 		t.Fatalf("the upstream never overflowed (largest request %d tokens): the test proves nothing", maxTokens(recs))
 	}
 	return rejected
+}
+
+// checkRecoveredCounted is checkRecovered on an env's upstream, and the proxy counted a
+// recovery for each refusal.
+func checkRecoveredCounted(t testing.TB, e *env) {
+	t.Helper()
+	rejected := checkRecovered(t, e.fake.Records())
+	if got := counterValue(e.srv.metrics.recoveries); got < float64(rejected) {
+		t.Errorf("recoveries %v, rejections %d", got, rejected)
+	}
 }

@@ -106,7 +106,7 @@ func newMetrics(reg prometheus.Registerer, decodes *decodeCache) (*metrics, erro
 			return nil, err
 		}
 	}
-	for _, f := range []Format{FormatOpenAI, FormatAnthropic, FormatResponses} {
+	for _, f := range []Format{FormatOpenAI, FormatAnthropic, FormatResponses, FormatGemini} {
 		m.verbatim.WithLabelValues(string(f))
 	}
 	for _, l := range []string{"committed", "aborted", "failed"} {

@@ -51,12 +51,23 @@ func replyReserve(window, asked, def int) int {
 // maxTokenFields are the body fields that hold the reply size, by preference.
 var maxTokenFields = []string{"max_completion_tokens", "max_tokens", "max_output_tokens"}
 
+// geminiMaxField names Gemini's reply size, generationConfig.maxOutputTokens.
+const geminiMaxField = "generationConfig.maxOutputTokens"
+
 // askedMaxTokens returns the field holding the client's reply size and its value (0: none).
 func askedMaxTokens(extra map[string]json.RawMessage) (field string, n int) {
 	for _, k := range maxTokenFields {
 		var v int
 		if raw, ok := extra[k]; ok && json.Unmarshal(raw, &v) == nil && v > 0 {
 			return k, v
+		}
+	}
+	if raw, ok := extra["generationConfig"]; ok {
+		var gc struct {
+			MaxOutputTokens int `json:"maxOutputTokens"`
+		}
+		if json.Unmarshal(raw, &gc) == nil && gc.MaxOutputTokens > 0 {
+			return geminiMaxField, gc.MaxOutputTokens
 		}
 	}
 	return "", 0
@@ -84,7 +95,14 @@ func (x *exchange) fitReply(extra map[string]json.RawMessage, input int) map[str
 	}
 	n := max(1, x.window-input-x.replyMargin())
 	out := maps.Clone(extra)
-	out[x.maxField] = json.RawMessage(strconv.Itoa(n))
+	if x.maxField == geminiMaxField {
+		var gc map[string]json.RawMessage
+		_ = json.Unmarshal(extra["generationConfig"], &gc)
+		gc["maxOutputTokens"] = json.RawMessage(strconv.Itoa(n))
+		out["generationConfig"] = mustMarshal(gc)
+	} else {
+		out[x.maxField] = json.RawMessage(strconv.Itoa(n))
+	}
 	x.w.Header().Set(MaxTokensHeader, strconv.Itoa(n))
 	x.s.metrics.lowered.Inc()
 	x.log.Info("proxy: max_tokens lowered to fit the window", slog.Int("asked", x.asked), slog.Int("forwarded", n),

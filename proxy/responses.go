@@ -32,6 +32,12 @@ import (
 
 // providerState returns why a request's history lives on the provider ("" when it does not).
 func providerState(f Format, dec *chat.Request) string {
+	if f == FormatGemini && dec != nil {
+		if raw, ok := dec.Extra["cachedContent"]; ok && !isNull(raw) {
+			return "provider_state: cachedContent"
+		}
+		return ""
+	}
 	if f != FormatResponses || dec == nil {
 		return ""
 	}

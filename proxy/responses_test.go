@@ -16,7 +16,6 @@ import (
 	ooption "github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 
-	"github.com/ctxmgr/ctxmgr/chat"
 	"github.com/ctxmgr/ctxmgr/internal/fakeupstream"
 	"github.com/ctxmgr/ctxmgr/proxy/sse"
 	"github.com/ctxmgr/ctxmgr/wire"
@@ -186,7 +185,6 @@ func TestResponsesLongConversation(t *testing.T) {
 	for _, stream := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
 			e := newEnv(t, fakeupstream.Options{Window: window}, Config{Window: window, Tune: smallTune})
-			ctx := ctxT(t)
 			big := bigOutput(2500)
 			a := newResponsesAgent(t, e.px.URL, func(turn, call int) string {
 				if turn%6 == 3 {
@@ -194,65 +192,8 @@ func TestResponsesLongConversation(t *testing.T) {
 				}
 				return big(turn, call)
 			})
-			for i := 0; i < 24; i++ {
-				msg := fmt.Sprintf("turn %d: run the tests", i)
-				if i%4 == 0 {
-					msg += " in parallel"
-				}
-				text, err := a.turn(ctx, msg, stream)
-				if err != nil {
-					t.Fatalf("turn %d: %v", i, err)
-				}
-				if !strings.HasPrefix(text, "Done: ") {
-					t.Fatalf("turn %d: answer %q", i, text)
-				}
-			}
-			n := len(e.fake.Records())
-			out, err := a.turn(ctx, "now read back the full output", stream)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !strings.HasPrefix(out, "Read back: [ctxmgr_read") {
-				t.Fatalf("answer %q", out)
-			}
-			for _, name := range a.called() {
-				if name == readToolName {
-					t.Fatalf("the client saw a ctxmgr_read call")
-				}
-			}
-			recs := e.fake.Records()
-			if tail := recs[n:]; len(tail) != 2 || tail[0].Reply != "ctxmgr_read" || !contains(tail[0].Tools, readToolName) {
-				t.Fatalf("want a ctxmgr_read call and its follow-up, got %+v", tail)
-			}
-			checkRecords(t, recs, window)
-			for _, r := range recs {
-				if r.Status != 200 || r.Format != "responses" {
-					t.Errorf("request %d: %s answered %d", r.Seq, r.Format, r.Status)
-				}
-			}
-			// One session, found again on every request from the instructions and first message.
-			e.srv.sessMu.Lock()
-			if len(e.srv.sessions) != 1 {
-				t.Errorf("%d sessions", len(e.srv.sessions))
-			}
-			var ps *psession
-			for _, p := range e.srv.sessions {
-				ps = p
-			}
-			e.srv.sessMu.Unlock()
-			st := ps.sess.Stats()
-			// Management: a summary, or old results masked (the default preset masks before it
-			// summarizes), with their full text in the store.
-			if st.Evicted == 0 && st.Masked == 0 || len(st.Offloads) == 0 {
-				t.Errorf("no compaction or offload: %+v", st)
-			}
-			raw := 0
-			for _, m := range ps.sess.History() {
-				raw += e.fake.Count(&chat.Request{Messages: []chat.Message{m}})
-			}
-			if raw < 5*window {
-				t.Fatalf("history of %d tokens does not far exceed the window %d", raw, window)
-			}
+			turn := func(ctx context.Context, text string) (string, error) { return a.turn(ctx, text, stream) }
+			recs, st, raw := longConversation(t, e, window, "responses", turn, a.called)
 			t.Logf("history %d tokens in %d messages; %d upstream requests, largest %d tokens + %d max output; summary v%d, %d evicted, %d offloaded",
 				raw, st.Total, len(recs), maxTokens(recs), a.maxOut, st.SummaryVersion, st.Evicted, len(st.Offloads))
 			// Usage is read from usage.input_tokens: the exact counter's estimate matches.
@@ -337,10 +278,7 @@ func TestResponsesOverflowRecovery(t *testing.T) {
 			t.Fatalf("turn %d: %q", i, text)
 		}
 	}
-	rejected := checkRecovered(t, e.fake.Records())
-	if got := counterValue(e.srv.metrics.recoveries); got < float64(rejected) {
-		t.Errorf("recoveries %v, rejections %d", got, rejected)
-	}
+	checkRecoveredCounted(t, e)
 }
 
 // TestResponsesProviderState: a request chained with previous_response_id (or conversation)

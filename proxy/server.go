@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"cmp"
 	"container/list"
 	"context"
 	"encoding/json"
@@ -116,6 +117,8 @@ func newServer(cfg Config, addressed bool) (*Server, error) {
 	mux.HandleFunc("POST /v1/responses", func(w http.ResponseWriter, r *http.Request) { s.handleChat(w, r, FormatResponses) })
 	mux.HandleFunc("POST /v1/responses/compact", func(w http.ResponseWriter, r *http.Request) { s.handleChat(w, r, FormatResponses) })
 	mux.HandleFunc("POST /v1/responses/input_tokens", s.handleCountTokens(FormatResponses))
+	mux.HandleFunc("POST /v1beta/models/{action}", s.handleGemini)
+	mux.HandleFunc("POST /v1/models/{action}", s.handleGemini)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "ok\n")
@@ -152,6 +155,9 @@ func (s *Server) Close() error {
 
 // formatOf guesses the format of a request to a path the proxy does not manage.
 func formatOf(r *http.Request) Format {
+	if strings.HasPrefix(r.URL.Path, "/v1beta/") || r.Header.Get("X-Goog-Api-Key") != "" {
+		return FormatGemini
+	}
 	if r.Header.Get("X-Api-Key") != "" || r.Header.Get("Anthropic-Version") != "" || strings.HasPrefix(r.URL.Path, "/v1/messages") {
 		return FormatAnthropic
 	}
@@ -267,15 +273,24 @@ func (s *Server) handlePassthrough(w http.ResponseWriter, r *http.Request) {
 			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Bool("managed", false),
 			slog.String("reason", ReasonPath), slog.Int("status", status), slog.Duration("duration", time.Since(start)))
 	}()
-	g := f
-	if s.cfg.upstream(f, "") == "" {
-		// The one upstream configured.
-		g = FormatOpenAI
-		if f == FormatOpenAI {
-			g = FormatAnthropic
+	var target string
+	var err error
+	if addressed(r) != nil {
+		// The Transport: the URL the client addressed.
+		_, target, err = s.upstreamOf(r, f, "")
+	} else {
+		base := s.cfg.upstream(f, "")
+		if base == "" {
+			// No upstream of the format: another (a Gemini path, the OpenAI one first).
+			switch f {
+			case FormatOpenAI:
+				base = s.cfg.UpstreamAnthropic
+			default:
+				base = cmp.Or(s.cfg.UpstreamOpenAI, s.cfg.UpstreamAnthropic)
+			}
 		}
+		target, err = targetURL(base, r)
 	}
-	_, target, err := s.upstreamOf(r, g, "")
 	if err != nil {
 		writeError(w, f, http.StatusBadGateway, "api_error", RedactText(err.Error()))
 		return
@@ -524,6 +539,11 @@ func (s *Server) serveBody(x *exchange, body []byte, start time.Time, attrs *[]s
 	} else {
 		x.model, x.stream = peekModel(body)
 	}
+	if x.format == FormatGemini {
+		var method string
+		x.model, method = geminiCall(x.r)
+		x.stream = method == "streamGenerateContent"
+	}
 	*attrs = append(*attrs, slog.String("model", x.model), slog.Bool("stream", x.stream))
 	if x.base, x.target, err = s.upstreamOf(x.r, x.format, x.model); err != nil {
 		writeError(x.w, x.format, http.StatusBadGateway, "api_error", RedactText(err.Error()))
@@ -656,7 +676,7 @@ const (
 	// ReasonConfig: the proxy's configuration cannot manage the model.
 	ReasonConfig = "config"
 	// ReasonProviderState: the provider holds the history (Responses previous_response_id or
-	// conversation).
+	// conversation, Gemini cachedContent).
 	ReasonProviderState = "provider_state"
 	// ReasonHistory: the session refuses the history as invalid (a *chat.Error: a tool
 	// result without its call, ...); the provider answers.
@@ -791,7 +811,11 @@ func (s *Server) manage(ctx context.Context, x *exchange) ([]byte, []slog.Attr, 
 			IncludeUsage bool `json:"include_usage"`
 		}
 		_ = json.Unmarshal(dec.Extra["stream_options"], &so)
-		writeLocal(x.w, x.format, x.model, x.stream, so.IncludeUsage, text)
+		if x.format == FormatGemini {
+			writeGeminiLocal(x.w, x.model, x.stream, geminiSSE(x.r), text)
+		} else {
+			writeLocal(x.w, x.format, x.model, x.stream, so.IncludeUsage, text)
+		}
 		info = append(info, slog.String("command", cmd.name))
 		return nil, info, errAnswered
 	}
@@ -900,6 +924,8 @@ func (x *exchange) encodeSession(out *chat.Request, dst []byte) ([]byte, error) 
 		return wire.AppendAnthropicCachedWith(dst, out, x.ps.blocks, x.subs)
 	case FormatResponses:
 		return wire.AppendResponsesCached(dst, out, x.ps.blocks)
+	case FormatGemini:
+		return wire.AppendGeminiCached(dst, out, x.ps.blocks)
 	case FormatOpenAI:
 		return wire.AppendOpenAICached(dst, out, x.ps.blocks)
 	}

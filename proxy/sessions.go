@@ -591,9 +591,13 @@ func sessionKey(header string, req *chat.Request, msgs []chat.Message) (id, sour
 		return sanitizeID("pck-", pck), "prompt_cache_key"
 	}
 	h := sha256.New()
-	for i := range req.System {
-		x := normHash(&req.System[i])
-		h.Write(x[:])
+	if req.Wire != string(FormatGemini) {
+		// A Gemini countTokens body cannot carry the system instruction (the SDKs refuse
+		// it): Gemini conversations are known by their first user message alone.
+		for i := range req.System {
+			x := normHash(&req.System[i])
+			h.Write(x[:])
+		}
 	}
 	h.Write([]byte{0})
 	for i := range msgs {

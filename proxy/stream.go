@@ -39,6 +39,8 @@ func newFilter(f Format, readTool bool) streamFilter {
 		return &anthropicFilter{readTool: readTool}
 	case FormatResponses:
 		return &responsesFilter{readTool: readTool}
+	case FormatGemini:
+		return &geminiFilter{readTool: readTool}
 	}
 	return &openaiFilter{readTool: readTool}
 }
@@ -524,6 +526,9 @@ func findReads(f Format, data []byte) (chat.Message, []readCall, bool, bool) {
 	if f == FormatResponses {
 		return findReadsResponses(data)
 	}
+	if f == FormatGemini {
+		return findReadsGemini(data)
+	}
 	if f == FormatAnthropic {
 		var v struct {
 			Content []json.RawMessage `json:"content"`
@@ -584,11 +589,14 @@ func findReads(f Format, data []byte) (chat.Message, []readCall, bool, bool) {
 // stripReads removes ctxmgr_read calls from a non-streamed answer; an answer left without
 // tool calls ends its turn (with a note when it has no text either).
 func stripReads(f Format, data []byte) []byte {
+	note := "[ctxmgr: stored content could not be read back]"
+	if f == FormatGemini {
+		return stripReadsGemini(data, note)
+	}
 	var top map[string]json.RawMessage
 	if json.Unmarshal(data, &top) != nil {
 		return data
 	}
-	note := "[ctxmgr: stored content could not be read back]"
 	if f == FormatResponses {
 		return stripReadsResponses(top, note)
 	}

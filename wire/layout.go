@@ -106,6 +106,10 @@ func DecodeLayout(f Format, body []byte) (*chat.Request, *Layout, error) {
 		lay = &itemsLayout{}
 		req, err = decodeResponses(body, lay)
 		counts = lay.counts
+	case Gemini:
+		lay = &itemsLayout{}
+		req, err = decodeGemini(body, lay)
+		counts = lay.counts
 	default:
 		req, err = Decode(f, body)
 		return req, nil, err
@@ -137,8 +141,11 @@ func DecodeLayout(f Format, body []byte) (*chat.Request, *Layout, error) {
 
 // messagesKey is the member holding the history in format f's bodies.
 func messagesKey(f Format) string {
-	if f == Responses {
+	switch f {
+	case Responses:
 		return "input"
+	case Gemini:
+		return "contents"
 	}
 	return "messages"
 }
@@ -206,7 +213,7 @@ func DecodeNextOwned(f Format, body []byte, prev *Layout, own func(reused, dropp
 // Body does not keep), is ignored. A shared that overstates what the caller compared breaks
 // the result's equality with Decode's.
 func DecodeNextShared(f Format, body []byte, prev *Layout, shared int, own func(reused, dropped int) bool) (*chat.Request, *Layout, error) {
-	if prev == nil || prev.format != f || (f != OpenAI && f != Anthropic && f != Responses) {
+	if prev == nil || prev.format != f || (f != OpenAI && f != Anthropic && f != Responses && f != Gemini) {
 		return DecodeLayout(f, body)
 	}
 	trimmed := bytes.TrimSpace(body)
@@ -228,9 +235,9 @@ func decodeNext(f Format, body []byte, prev *Layout, shared int, own func(reused
 	}
 	// k: the wire messages wholly inside the shared prefix.
 	k := sort.SearchInts(prev.ends, common+1)
-	if f == Responses {
+	if f == Responses || f == Gemini {
 		// Resume only where no assistant turn is open: a later item (a function call after
-		// a message) may join the turn before it.
+		// a message) may join the turn before it, a function response answer a model turn.
 		for k > 0 && !prev.closed[k-1] {
 			k--
 		}
@@ -315,7 +322,7 @@ func decodeNext(f Format, body []byte, prev *Layout, shared int, own func(reused
 		// prev.base and prev.ebase are its ancestors', never written.
 		msgs, l.base = prev.req.Messages[:reused], prev.base
 		l.ends, l.count, l.ebase = append(prev.ends[:k], ends...), prev.count[:k], prev.ebase
-		if f == Responses {
+		if f == Responses || f == Gemini {
 			l.closed = prev.closed[:k]
 		}
 	default:
@@ -324,17 +331,23 @@ func decodeNext(f Format, body []byte, prev *Layout, shared int, own func(reused
 	}
 	if l.ends == nil {
 		l.ends, l.count = append(prev.ends[:k:k], ends...), append(prev.count[:k:k], make([]int, 0, len(raws))...)
-		if f == Responses {
+		if f == Responses || f == Gemini {
 			l.closed = append(prev.closed[:k:k], make([]bool, 0, len(raws))...)
 		}
 	}
-	if f == Responses {
+	if f == Responses || f == Gemini {
 		items := make([]json.RawMessage, len(raws))
 		for j, raw := range raws {
 			items[j] = raw
 		}
 		lay := &itemsLayout{}
-		ms, err := decodeResponsesItems(items, k, lay)
+		var ms []chat.Message
+		var err error
+		if f == Gemini {
+			ms, err = decodeGeminiContents(items, k, lay)
+		} else {
+			ms, err = decodeResponsesItems(items, k, lay)
+		}
 		if err != nil || len(lay.counts) != len(raws) {
 			return nil, nil, false // the whole decode reports it, located
 		}

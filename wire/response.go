@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/ctxmgr/ctxmgr/chat"
@@ -70,6 +71,8 @@ func DecodeResponse(f Format, body []byte) (*Response, error) {
 		return decodeAnthropicResponse(body)
 	case Responses:
 		return decodeResponsesResponse(body)
+	case Gemini:
+		return decodeGeminiAnswer(body)
 	}
 	return nil, fmt.Errorf("wire: unknown format %q", f)
 }
@@ -253,7 +256,8 @@ func decodeResponsesResponse(body []byte) (*Response, error) {
 
 // DecodeUsage reads a usage object of format f: the "usage" member of a response, or of a
 // streamed event that carries one (OpenAI's last chunk, Anthropic's message_start and
-// message_delta, the Responses API's response.completed). It reports false when raw is absent,
+// message_delta, the Responses API's response.completed; Gemini's usageMetadata, whose Input is
+// promptTokenCount with toolUsePromptTokenCount and whose Output counts thoughts). It reports false when raw is absent,
 // null or not such an object.
 func DecodeUsage(f Format, raw json.RawMessage) (Usage, bool) {
 	if len(raw) == 0 || string(raw) == "null" {
@@ -272,6 +276,12 @@ func DecodeUsage(f Format, raw json.RawMessage) (Usage, bool) {
 		} `json:"input_tokens_details"`
 		CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
 		CacheReadInputTokens     int `json:"cache_read_input_tokens"`
+		// Gemini's usageMetadata.
+		PromptTokenCount        *int `json:"promptTokenCount"`
+		CandidatesTokenCount    int  `json:"candidatesTokenCount"`
+		ThoughtsTokenCount      int  `json:"thoughtsTokenCount"`
+		CachedContentTokenCount int  `json:"cachedContentTokenCount"`
+		ToolUsePromptTokenCount int  `json:"toolUsePromptTokenCount"`
 	}
 	if json.Unmarshal(raw, &u) != nil {
 		return Usage{}, false
@@ -291,8 +301,101 @@ func DecodeUsage(f Format, raw json.RawMessage) (Usage, bool) {
 		if u.InputTokensDetails != nil {
 			out.CacheRead = u.InputTokensDetails.CachedTokens
 		}
+	case Gemini:
+		if u.PromptTokenCount == nil {
+			return Usage{}, false
+		}
+		out = Usage{Input: *u.PromptTokenCount + u.ToolUsePromptTokenCount, Output: u.CandidatesTokenCount + u.ThoughtsTokenCount,
+			CacheRead: u.CachedContentTokenCount}
 	default:
 		return Usage{}, false
 	}
 	return out, true
+}
+
+// decodeGeminiAnswer reads a GenerateContentResponse, or the JSON array of them a streamed
+// answer without alt=sse is (their parts joined; the last finish reason and usage).
+func decodeGeminiAnswer(body []byte) (*Response, error) {
+	type chunk struct {
+		Candidates []struct {
+			Content struct {
+				Parts []struct {
+					Text         *string `json:"text"`
+					Thought      bool    `json:"thought"`
+					FunctionCall *struct {
+						ID   string          `json:"id"`
+						Name string          `json:"name"`
+						Args json.RawMessage `json:"args"`
+					} `json:"functionCall"`
+				} `json:"parts"`
+			} `json:"content"`
+			FinishReason string `json:"finishReason"`
+		} `json:"candidates"`
+		PromptFeedback *struct {
+			BlockReason string `json:"blockReason"`
+		} `json:"promptFeedback"`
+		UsageMetadata json.RawMessage `json:"usageMetadata"`
+		Error         json.RawMessage `json:"error"`
+	}
+	var chunks []chunk
+	t := strings.TrimSpace(string(body))
+	if strings.HasPrefix(t, "[") {
+		if err := json.Unmarshal(body, &chunks); err != nil {
+			return nil, malformedResponse("%v", err)
+		}
+	} else {
+		var c chunk
+		if err := json.Unmarshal(body, &c); err != nil {
+			return nil, malformedResponse("%v", err)
+		}
+		chunks = []chunk{c}
+	}
+	out := &Response{}
+	var b strings.Builder
+	seen := false
+	n := 0
+	for _, c := range chunks {
+		if isError(c.Error) {
+			return nil, ErrErrorResponse
+		}
+		if len(c.Candidates) == 0 && c.PromptFeedback == nil && len(c.UsageMetadata) == 0 {
+			continue
+		}
+		seen = true
+		if c.PromptFeedback != nil && c.PromptFeedback.BlockReason != "" {
+			out.Stop = c.PromptFeedback.BlockReason
+		}
+		if len(c.Candidates) > 0 {
+			cand := c.Candidates[0]
+			for _, p := range cand.Content.Parts {
+				switch {
+				case p.FunctionCall != nil:
+					args := string(p.FunctionCall.Args)
+					if args == "" {
+						args = "{}"
+					}
+					id := p.FunctionCall.ID
+					if id == "" {
+						id = syntheticGeminiID + strconv.Itoa(n)
+					}
+					n++
+					out.ToolCalls = append(out.ToolCalls, chat.ToolCall{ID: id, Name: p.FunctionCall.Name, Arguments: args})
+				case p.Text != nil && !p.Thought:
+					b.WriteString(*p.Text)
+				}
+			}
+			if cand.FinishReason != "" {
+				out.Stop = cand.FinishReason
+				out.Truncated = cand.FinishReason == "MAX_TOKENS"
+			}
+		}
+		if u, ok := DecodeUsage(Gemini, c.UsageMetadata); ok {
+			out.Usage, out.HasUsage = u, true
+		}
+	}
+	if !seen {
+		return nil, malformedResponse("no candidates")
+	}
+	out.Text = b.String()
+	return out, nil
 }

@@ -3,7 +3,6 @@ package wire
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -225,12 +224,7 @@ func TestResponsesCrossFormat(t *testing.T) {
 }
 
 func TestResponsesDecodeErrors(t *testing.T) {
-	cases := []struct {
-		name, body string
-		want       error
-		index      int
-		field      string
-	}{
+	cases := []decodeErrorCase{
 		{"not json", `{"input":[`, chat.ErrMalformedJSON, -1, ""},
 		{"empty", ``, chat.ErrMalformedJSON, -1, ""},
 		{"input not array", `{"input":{}}`, chat.ErrMalformedJSON, -1, "input"},
@@ -248,18 +242,7 @@ func TestResponsesDecodeErrors(t *testing.T) {
 		{"bad instructions", "{\"instructions\":\"\xc3\"}", chat.ErrInvalidUTF8, -1, "instructions"},
 		{"tools not array", `{"tools":{}}`, chat.ErrMalformedJSON, -1, "tools"},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			_, err := Decode(Responses, []byte(c.body))
-			if !errors.Is(err, c.want) {
-				t.Fatalf("err = %v, want %v", err, c.want)
-			}
-			var ce *chat.Error
-			if !errors.As(err, &ce) || ce.Index != c.index || ce.Field != c.field {
-				t.Fatalf("err = %#v, want index %d field %q", err, c.index, c.field)
-			}
-		})
-	}
+	checkDecodeErrors(t, Responses, cases)
 }
 
 func FuzzResponses(f *testing.F) {
@@ -267,34 +250,5 @@ func FuzzResponses(f *testing.F) {
 		f.Add([]byte(b))
 	}
 	f.Add([]byte(`{"input":[{"type":"function_call","call_id":"a","name":"f","arguments":""},{"type":"reasoning"},{"role":"assistant","content":[]}]}`))
-	f.Fuzz(func(t *testing.T, body []byte) {
-		req, err := DecodeResponses(body)
-		if err != nil {
-			var ce *chat.Error
-			if !errors.As(err, &ce) {
-				t.Fatalf("untyped error: %v", err)
-			}
-			return
-		}
-		for _, other := range []Format{OpenAI, Anthropic} {
-			if cross, err := Encode(other, req); err == nil && !json.Valid(cross) {
-				t.Fatalf("%s encoding is not valid JSON:\n%s", other, cross)
-			}
-		}
-		out, err := EncodeResponses(req)
-		if err != nil {
-			return // raw values the encoder refuses; never a panic
-		}
-		req2, err := DecodeResponses(out)
-		if err != nil {
-			t.Fatalf("re-decode of our own output failed: %v\n%s", err, out)
-		}
-		out2, err := EncodeResponses(req2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(out, out2) {
-			t.Fatalf("encoding not stable:\n%s\n%s", out, out2)
-		}
-	})
+	f.Fuzz(func(t *testing.T, body []byte) { fuzzRoundTrip(t, Responses, body) })
 }

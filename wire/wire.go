@@ -1,5 +1,5 @@
 // Package wire converts LLM request bodies between their wire formats (OpenAI chat completions,
-// Anthropic messages, OpenAI Responses) and the neutral model of package chat.
+// Anthropic messages, OpenAI Responses, Gemini generateContent) and the neutral model of package chat.
 //
 // Conversion is lossless for a round trip through the same format: every field the model does
 // not interpret is kept verbatim (chat.Message.Extra, chat.Part.Extra, chat.Request.Extra, or a
@@ -36,7 +36,8 @@ const (
 )
 
 // Detect guesses the format of a request body or bare message array: a top-level array is an
-// OpenAI message list; an object with "input" and no "messages" is a Responses body; an object with a top-level "system", or with Anthropic-only content
+// OpenAI message list; an object with "input" and no "messages" is a Responses body; one with
+// "contents" and no "messages" a Gemini body; an object with a top-level "system", or with Anthropic-only content
 // blocks (tool_use, tool_result, thinking), or "input_schema" tools is Anthropic; anything else
 // is OpenAI.
 func Detect(body []byte) Format {
@@ -46,6 +47,7 @@ func Detect(body []byte) Format {
 	}
 	var top struct {
 		Input    json.RawMessage   `json:"input"`
+		Contents json.RawMessage   `json:"contents"`
 		System   json.RawMessage   `json:"system"`
 		Messages []json.RawMessage `json:"messages"`
 		Tools    []json.RawMessage `json:"tools"`
@@ -58,6 +60,9 @@ func Detect(body []byte) Format {
 	}
 	if len(top.Input) > 0 && top.Messages == nil {
 		return Responses
+	}
+	if len(top.Contents) > 0 && top.Messages == nil {
+		return Gemini
 	}
 	for _, t := range top.Tools {
 		if bytes.Contains(t, []byte(`"input_schema"`)) {
@@ -107,6 +112,8 @@ func Decode(f Format, body []byte) (*chat.Request, error) {
 		return DecodeAnthropic(body)
 	case Responses:
 		return DecodeResponses(body)
+	case Gemini:
+		return DecodeGemini(body)
 	}
 	return nil, fmt.Errorf("wire: unknown format %q", f)
 }
@@ -120,6 +127,8 @@ func Encode(f Format, r *chat.Request) ([]byte, error) {
 		return EncodeAnthropic(r)
 	case Responses:
 		return EncodeResponses(r)
+	case Gemini:
+		return EncodeGemini(r)
 	}
 	return nil, fmt.Errorf("wire: unknown format %q", f)
 }

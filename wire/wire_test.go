@@ -282,42 +282,7 @@ func FuzzDecode(f *testing.F) {
 		if anthropic {
 			format = Anthropic
 		}
-		req, err := Decode(format, body)
-		if err != nil {
-			var ce *chat.Error
-			if !errors.As(err, &ce) {
-				t.Fatalf("untyped error: %v", err)
-			}
-			return
-		}
-		other := Anthropic
-		if anthropic {
-			other = OpenAI
-		}
-		for _, f := range []Format{other, Responses} {
-			if cross, err := Encode(f, req); err == nil && !json.Valid(cross) {
-				t.Fatalf("cross-format encoding (%s) is not valid JSON:\n%s", f, cross)
-			} else if err == nil && f == Responses {
-				if _, err := DecodeResponses(cross); err != nil {
-					t.Fatalf("our Responses encoding does not decode: %v\n%s", err, cross)
-				}
-			}
-		}
-		out, err := Encode(format, req)
-		if err != nil {
-			return // e.g. raw values the encoder refuses; never a panic
-		}
-		req2, err := Decode(format, out)
-		if err != nil {
-			t.Fatalf("re-decode of our own output failed: %v\n%s", err, out)
-		}
-		out2, err := Encode(format, req2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(out, out2) {
-			t.Fatalf("encoding not stable:\n%s\n%s", out, out2)
-		}
+		fuzzRoundTrip(t, format, body)
 	})
 }
 

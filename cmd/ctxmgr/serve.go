@@ -36,6 +36,7 @@ type serveOptions struct {
 	listen            string
 	upstreamOpenAI    string
 	upstreamAnthropic string
+	upstreamGemini    string
 	store             string
 	window            int
 	maxOutput         int
@@ -59,14 +60,15 @@ type serveOptions struct {
 func newServeCmd() *cobra.Command {
 	var o serveOptions
 	cmd := &cobra.Command{
-		Use:   "serve [--listen ADDR] [--upstream-openai URL] [--upstream-anthropic URL] [--store SPEC] [--config FILE]",
-		Short: "Run the OpenAI- and Anthropic-compatible proxy that manages context",
+		Use:   "serve [--listen ADDR] [--upstream-openai URL] [--upstream-anthropic URL] [--upstream-gemini URL] [--store SPEC] [--config FILE]",
+		Short: "Run the OpenAI-, Anthropic- and Gemini-compatible proxy that manages context",
 		Long: `Run an OpenAI- and Anthropic-compatible HTTP proxy that manages the context of
 any agent that talks to it.
 
-Point an agent's base URL at the proxy (OpenAI: http://ADDR/v1, Anthropic:
-http://ADDR). POST /v1/chat/completions and POST /v1/messages, streaming or
-not, are forwarded to the upstream of their format with the conversation
+Point an agent's base URL at the proxy (OpenAI: http://ADDR/v1, Anthropic and
+Gemini: http://ADDR). POST /v1/chat/completions, POST /v1/messages, POST
+/v1/responses and POST /v1beta/models/MODEL:generateContent (and
+:streamGenerateContent), streaming or not, are forwarded to the upstream of their format with the conversation
 managed: sessions are recognized from the X-Ctxmgr-Session header, else the
 Anthropic metadata.user_id, else a hash of the system prompt and first user
 message; compacted history is replaced by its summary; large tool results are
@@ -102,6 +104,7 @@ requests and streams finish (up to --shutdown-timeout).
 	f.StringVar(&o.listen, "listen", "127.0.0.1:8088", "address to listen on (port 0 picks a free port)")
 	f.StringVar(&o.upstreamOpenAI, "upstream-openai", "", "base URL of the OpenAI-format upstream, e.g. https://api.openai.com")
 	f.StringVar(&o.upstreamAnthropic, "upstream-anthropic", "", "base URL of the Anthropic-format upstream, e.g. https://api.anthropic.com")
+	f.StringVar(&o.upstreamGemini, "upstream-gemini", "", "base URL of the Gemini API upstream, e.g. https://generativelanguage.googleapis.com")
 	f.StringVar(&o.store, "store", defaultStore, "where sessions are kept: "+storeSpecHelp)
 	f.IntVar(&o.window, "window", 0, "context window in tokens of models the config file does not list (0: the known window of common models such as gpt-4o or claude-*, else 200000)")
 	f.IntVar(&o.maxOutput, "max-output", 0, "reply tokens reserved when a request has no max_tokens (0: 32000, at most a quarter of the window)")
@@ -138,6 +141,9 @@ func mergeFileConfig(cmd *cobra.Command, o *serveOptions, fc proxy.FileConfig) {
 	}
 	if fc.UpstreamAnthropic != "" && set("upstream-anthropic") {
 		o.upstreamAnthropic = fc.UpstreamAnthropic
+	}
+	if fc.UpstreamGemini != "" && set("upstream-gemini") {
+		o.upstreamGemini = fc.UpstreamGemini
 	}
 	if fc.Store != "" && set("store") {
 		o.store = fc.Store
@@ -178,8 +184,8 @@ func runServe(cmd *cobra.Command, o *serveOptions) error {
 		}
 		mergeFileConfig(cmd, o, fc)
 	}
-	if o.upstreamOpenAI == "" && o.upstreamAnthropic == "" && len(fc.Routes) == 0 {
-		return usageErrorf("no upstream: give --upstream-openai and/or --upstream-anthropic (or routes in --config)")
+	if o.upstreamOpenAI == "" && o.upstreamAnthropic == "" && o.upstreamGemini == "" && len(fc.Routes) == 0 {
+		return usageErrorf("no upstream: give --upstream-openai, --upstream-anthropic and/or --upstream-gemini (or routes in --config)")
 	}
 	if !ctxmgr.IsPreset(o.preset) {
 		return usageErrorf("--preset %q: want one of %v", o.preset, ctxmgr.Presets())
@@ -237,6 +243,7 @@ func runServe(cmd *cobra.Command, o *serveOptions) error {
 	srv, err := proxy.New(proxy.Config{
 		UpstreamOpenAI:    o.upstreamOpenAI,
 		UpstreamAnthropic: o.upstreamAnthropic,
+		UpstreamGemini:    o.upstreamGemini,
 		Routes:            fc.Routes,
 		Models:            fc.Models,
 		Store:             st,
@@ -274,6 +281,7 @@ func runServe(cmd *cobra.Command, o *serveOptions) error {
 	lim := o.limits.WithDefaults()
 	logger.Info("ctxmgr serve: listening", slog.String("addr", "http://"+addr), slog.String("store", proxy.RedactURL(o.store)),
 		slog.String("upstream_openai", proxy.RedactURL(o.upstreamOpenAI)), slog.String("upstream_anthropic", proxy.RedactURL(o.upstreamAnthropic)),
+		slog.String("upstream_gemini", proxy.RedactURL(o.upstreamGemini)),
 		slog.String("window", windowDesc(o.window)), slog.String("preset", o.preset), slog.String("summarizer", sumName),
 		slog.Duration("read_timeout", lim.ReadTimeout), slog.Duration("write_timeout", lim.WriteTimeout),
 		slog.Duration("idle_timeout", lim.IdleTimeout), slog.Int("max_conns", lim.MaxConns))
@@ -361,7 +369,7 @@ func servePprof(addr string, logger *slog.Logger) (func(), error) {
 // refused at once with the flag it came from instead of failing every request later.
 func validateServe(o *serveOptions, fc proxy.FileConfig) error {
 	for _, u := range []struct{ flag, val string }{
-		{"--upstream-openai", o.upstreamOpenAI}, {"--upstream-anthropic", o.upstreamAnthropic},
+		{"--upstream-openai", o.upstreamOpenAI}, {"--upstream-anthropic", o.upstreamAnthropic}, {"--upstream-gemini", o.upstreamGemini},
 	} {
 		if u.val == "" {
 			continue

@@ -29,6 +29,7 @@ func TestServeRefusesBadSettings(t *testing.T) {
 		{"not a URL", []string{"--upstream-openai", "not-a-url"}, []string{`--upstream-openai "not-a-url"`, "http:// or https://"}},
 		{"ftp URL", []string{"--upstream-openai", "ftp://x"}, []string{`--upstream-openai "ftp://x"`, "http:// or https://"}},
 		{"no host", []string{"--upstream-anthropic", "http://"}, []string{"--upstream-anthropic", "no host"}},
+		{"gemini no host", []string{"--upstream-gemini", "https://"}, []string{"--upstream-gemini", "no host"}},
 		{"zero body", []string{"--upstream-openai", "http://127.0.0.1:1", "--max-body-bytes", "0"}, []string{"--max-body-bytes 0: must be positive"}},
 		{"negative window", []string{"--upstream-openai", "http://127.0.0.1:1", "--window", "-1"}, []string{"--window -1: must be positive"}},
 		{"output above window", []string{"--upstream-openai", "http://127.0.0.1:1", "--window", "1000", "--max-output", "1000"}, []string{"--max-output 1000: must be smaller than --window 1000"}},
@@ -326,5 +327,41 @@ func TestServeSummarizerFromConfig(t *testing.T) {
 	bad := writeFile(t, dir, "bad.json", `{"upstream_openai": "http://127.0.0.1:1", "summarizer": {"url": "http://127.0.0.1:2"}}`)
 	if r := runCmd(t, "", "serve", "--config", bad, "--store", "sqlite:"+filepath.Join(dir, "u.db")); r.code != exitUsage || !strings.Contains(r.stderr, "summarizer: needs a model") {
 		t.Errorf("a summarizer without a model: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// TestServeGeminiUpstream: a Gemini upstream alone, from the configuration file, serves the
+// Gemini API; the key in ?key= reaches the upstream and never the log.
+func TestServeGeminiUpstream(t *testing.T) {
+	var got []string
+	var mu sync.Mutex
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.URL.Path+"?"+r.URL.RawQuery)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"candidates":[{"content":{"role":"model","parts":[{"text":"ok"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":9}}`)
+	}))
+	defer up.Close()
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "ctxmgr.json", `{"upstream_gemini": "`+up.URL+`", "store": "sqlite:`+filepath.Join(dir, "s.db")+`"}`)
+	addr, log := startServe(t, "--config", cfg)
+	body := `{"contents":[{"role":"user","parts":[{"text":"a"}]},{"role":"model","parts":[{"text":"b"}]},{"role":"user","parts":[{"text":"c"}]}]}`
+	resp, err := http.Post("http://"+addr+"/v1beta/models/gemini-2.5-flash:generateContent?key=AIzaSECRET", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(out), `"ok"`) {
+		t.Fatalf("%d %s", resp.StatusCode, out)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || got[0] != "/v1beta/models/gemini-2.5-flash:generateContent?key=AIzaSECRET" {
+		t.Fatalf("upstream got %v", got)
+	}
+	if l := log.String(); strings.Contains(l, "SECRET") || !strings.Contains(l, "gemini") {
+		t.Fatalf("log: %s", l)
 	}
 }

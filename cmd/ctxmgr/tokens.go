@@ -55,7 +55,8 @@ Plain text need not be valid UTF-8: invalid bytes are counted as the encoder
 sees them (byte-level BPE), not rejected or replaced.
 
 With --messages the input is a chat request body (OpenAI chat completions,
-Anthropic messages or OpenAI Responses) or a bare JSON array of OpenAI messages. The format is
+Anthropic messages, OpenAI Responses or Gemini generateContent) or a bare JSON
+array of OpenAI messages. The format is
 detected (override with --format) and the messages are validated; the tokens
 are printed as JSON, framing included:
 
@@ -90,7 +91,7 @@ terminal, a line on stderr says what is being counted meanwhile.`,
 	f.StringVarP(&o.encoding, "encoding", "e", "", `count with this encoding: `+strings.Join(tokens.Encodings(), ", ")+` (default "`+tokens.O200kBase+`")`)
 	f.BoolVar(&o.heuristic, "heuristic", false, "estimate with a heuristic instead of an exact tokenizer (for non-OpenAI models); not exact")
 	f.BoolVar(&o.messages, "messages", false, "the input is a chat request body or message array; print a JSON breakdown")
-	f.StringVar(&o.format, "format", "", "with --messages: the wire format, openai, anthropic or responses (default: detected)")
+	f.StringVar(&o.format, "format", "", "with --messages: the wire format, openai, anthropic, responses or gemini (default: detected)")
 	return cmd
 }
 
@@ -107,10 +108,10 @@ func runTokens(cmd *cobra.Command, o *tokensOptions, args []string) error {
 			return usageErrorf("--format needs --messages")
 		}
 		switch f := wire.Format(strings.ToLower(o.format)); f {
-		case wire.OpenAI, wire.Anthropic, wire.Responses:
+		case wire.OpenAI, wire.Anthropic, wire.Responses, wire.Gemini:
 			format = f
 		default:
-			return usageErrorf("invalid --format %q: want %s, %s or %s", o.format, wire.OpenAI, wire.Anthropic, wire.Responses)
+			return usageErrorf("invalid --format %q: want %s, %s, %s or %s", o.format, wire.OpenAI, wire.Anthropic, wire.Responses, wire.Gemini)
 		}
 	}
 	if o.messages && len(args) > 1 {

@@ -1,5 +1,5 @@
-// Package fakeupstream is a local stand-in for the OpenAI chat-completions and Anthropic
-// messages APIs, for tests, benchmarks and the end-to-end script of the ctxmgr proxy.
+// Package fakeupstream is a local stand-in for the OpenAI chat-completions, Anthropic
+// messages, OpenAI Responses and Gemini APIs (gemini.go), for tests, benchmarks and the end-to-end script of the ctxmgr proxy.
 //
 // It speaks the real wire formats, streaming (SSE) and not, with tool calls, usage and the
 // providers' real error bodies, and it records every request it receives with its exact
@@ -195,6 +195,8 @@ func New(opts Options) *Server {
 	s.mux.HandleFunc("POST /v1/responses", s.serveResponses)
 	s.mux.HandleFunc("POST /v1/responses/input_tokens", s.serveInputTokens)
 	s.mux.HandleFunc("POST /v1/responses/compact", s.serveResponsesCompact)
+	s.mux.HandleFunc("POST /v1beta/models/{action}", s.serveGemini)
+	s.mux.HandleFunc("POST /v1/models/{action}", s.serveGemini)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":{"message":"Unknown request URL","type":"invalid_request_error"}}`, http.StatusNotFound)
 	})
@@ -208,6 +210,20 @@ func (s *Server) CutShort() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cut
+}
+
+// readRequest reads a request's body; a body cut short is counted (CutShort), answered 400,
+// and reported false.
+func (s *Server) readRequest(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		s.mu.Lock()
+		s.cut++
+		s.mu.Unlock()
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return nil, false
+	}
+	return body, true
 }
 
 // Records returns a copy of what was received so far.
@@ -249,12 +265,8 @@ func (s *Server) serveModels(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, f wire.Format) {
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		s.mu.Lock()
-		s.cut++
-		s.mu.Unlock()
-		http.Error(w, err.Error(), http.StatusBadRequest)
+	body, ok := s.readRequest(w, r)
+	if !ok {
 		return
 	}
 	rec := Record{Format: string(f), Path: r.URL.Path, Headers: map[string]string{}}
