@@ -63,7 +63,13 @@ if [ -n "${CTXMGR:-}" ]; then cp "$CTXMGR" "$WORK/ctxmgr"; echo "e2e: ctxmgr und
 if [ ! -f "$E2E_DIR/node_modules/.package-lock.json" ] ||
   [ "$E2E_DIR/package-lock.json" -nt "$E2E_DIR/node_modules/.package-lock.json" ]; then
   echo "e2e: npm ci"
-  (cd "$E2E_DIR" && npm ci --no-audit --no-fund --loglevel=error)
+  # npm ci refuses a lockfile without the optional binaries of other platforms (opencode's,
+  # a clipboard module's), which a registry mirror may not serve; npm install then installs
+  # the same locked versions and leaves the lockfile as it is.
+  if ! (cd "$E2E_DIR" && npm ci --no-audit --no-fund --loglevel=error 2>"$WORK/npm-ci.log"); then
+    echo "e2e: npm ci refused the lockfile ($(grep -m1 -o 'Missing: [^ ]*' "$WORK/npm-ci.log" || echo see npm-ci.log)); installing the locked versions with npm install --no-save"
+    (cd "$E2E_DIR" && npm install --no-save --no-audit --no-fund --loglevel=error)
+  fi
 fi
 
 echo "e2e: clients: $(cd "$E2E_DIR" && node -e 'const p=require("./package.json");console.log(Object.entries(p.dependencies).map(([k,v])=>k+"@"+v).join(" "))')"
