@@ -137,6 +137,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !ok {
 		return t.base.RoundTrip(req)
 	}
+	if err := req.Context().Err(); err != nil {
+		return nil, err // done before it began: nothing is sent
+	}
 	ctx, cancel := context.WithCancel(req.Context())
 	in := req.Clone(context.WithValue(ctx, addressedKey{}, req.URL))
 	in.URL.Path, in.URL.RawPath = path, ""

@@ -271,12 +271,6 @@ func runServe(cmd *cobra.Command, o *serveOptions) error {
 		return err
 	}
 	addr := ln.Addr().String()
-	if o.addrFile != "" {
-		if err := os.WriteFile(o.addrFile, []byte(addr+"\n"), 0o600); err != nil {
-			ln.Close()
-			return err
-		}
-	}
 	hs := proxy.NewHTTPServer(srv.Handler(), o.limits, slog.NewLogLogger(logger.Handler(), slog.LevelWarn))
 	lim := o.limits.WithDefaults()
 	logger.Info("ctxmgr serve: listening", slog.String("addr", "http://"+addr), slog.String("store", proxy.RedactURL(o.store)),
@@ -292,6 +286,13 @@ func runServe(cmd *cobra.Command, o *serveOptions) error {
 		logger.Info("ctxmgr serve: session inspector at http://" + addr + "/ui/")
 	default:
 		logger.Info("ctxmgr serve: session inspector off: listening beyond loopback without --ui-token")
+	}
+	// The address file says the server is up: written once its start-up lines are logged.
+	if o.addrFile != "" {
+		if err := os.WriteFile(o.addrFile, []byte(addr+"\n"), 0o600); err != nil {
+			ln.Close()
+			return err
+		}
 	}
 	if o.pprof != "" {
 		stopPprof, err := servePprof(o.pprof, logger)
