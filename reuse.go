@@ -9,8 +9,9 @@ import "math"
 // without it. Whether an agent looks back depends on the agent and the task: one reads a
 // document page after page and quotes from every page at the end, another runs a command,
 // reads its verdict and never looks at the output again. So the chance is learned from the
-// session itself, per kind of result (the tool and what its call does: a read, a ranged read,
-// a search, a command, anything else), from what the agent's own messages name.
+// session itself, per kind of result (the tool and what its call does: a read, a page of a
+// document read in order, a search, a command, anything else), from what the agent's own
+// messages name.
 //
 // An event is an assistant message naming, for the first time in the conversation, a term
 // (a path, an identifier, a number: see eachIdentifier) that an old tool result holds: one
@@ -49,8 +50,9 @@ const (
 
 // reusePrior is the prior scale of a kind of result: the chance per call that the agent's
 // next message newly uses a term of one old result of that kind, at rank 3, not used before.
-// A page of a document read in ranges is the most likely to be quoted later; a command's
-// output and an edit's confirmation the least.
+// A page of a document read in order is the most likely to be quoted later, a command's
+// output the least; a tool ctxmgr does not know gets a cautious middle value until the
+// session shows how its results are used.
 func reusePrior(kind actionKind, paged bool) (whole, middle float64) {
 	switch {
 	case paged:
