@@ -27,8 +27,8 @@ import (
 
 // managerKey identifies one Manager configuration: the window, the reply reserve, the token
 // counter (an exact encoding, or a model's calibrated estimate) and the prices of the
-// provider's prompt cache (ctxmgr.PricesOpenAI for the OpenAI formats, ctxmgr.PricesAnthropic
-// for Anthropic's).
+// provider's prompt cache (ctxmgr.PricesAnthropic for Anthropic's format, ctxmgr.PricesOpenAI
+// for the others: OpenAI's and Gemini's caches charge no write premium).
 type managerKey struct {
 	window, maxOutput int
 	counter           string
