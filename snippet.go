@@ -21,7 +21,7 @@ func snippetView(orig *chat.Message, off store.Offloaded, capBytes int) chat.Mes
 
 // snippetViewKeeping is snippetView that also keeps, among the notable lines of the omitted
 // middle, the lines for which inPlay is true (lines holding identifiers the conversation uses;
-// see inplay.go). The notable share of the budget grows from 15% to 25% when inPlay is set.
+// see snippet_terms.go). The notable share of the budget grows from 15% to 25% when inPlay is set.
 func snippetViewKeeping(orig *chat.Message, off store.Offloaded, capBytes int, inPlay func(string) bool) chat.Message {
 	text := fullText(orig)
 	ref := func(shownHead, shownTailFrom int) string {

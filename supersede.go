@@ -28,7 +28,7 @@ type supState struct {
 	byKey    map[string][]int      // key -> positions of results no later one covers yet
 	by       map[int]int           // position -> the later position that shows it again
 	changed  map[int]float64       // position -> the share of its text its later copy no longer holds (a file edited, an output changed)
-	terms    map[string]bool       // identifiers in play (inplay.go)
+	terms    map[string]bool       // identifiers in play (snippet_terms.go)
 	lastRead map[string]int        // file -> position of its latest read
 	nextRead map[int]int           // read position -> position of the next read of its file
 	reuse    reuseState            // how often the agent looks back (reuse.go)
