@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ctxmgr/ctxmgr"
+	"github.com/ctxmgr/ctxmgr/internal/serveconfig"
 	"github.com/ctxmgr/ctxmgr/proxy"
 	"github.com/ctxmgr/ctxmgr/store"
 	"github.com/ctxmgr/ctxmgr/store/sqlite"
@@ -50,7 +51,7 @@ type serveOptions struct {
 	addrFile          string
 	disableReadTool   bool
 	providerContext   []string
-	limits            proxy.Limits
+	limits            serveconfig.Limits
 	pprof             string
 	uiToken           string
 	syncAppends       bool
@@ -118,11 +119,11 @@ requests and streams finish (up to --shutdown-timeout).
 	f.StringVar(&o.addrFile, "addr-file", "", "write the address listened on to this file once listening")
 	f.BoolVar(&o.disableReadTool, "disable-read-tool", false, "never inject the ctxmgr_read tool (offload references then name store locations only)")
 	f.StringArrayVar(&o.providerContext, "provider-context", nil, "who answers the providers' own context management (Responses compaction, Anthropic context editing and compaction): MODE for every upstream or UPSTREAM=MODE for one (its base URL or host); MODE is auto (pass through to api.openai.com and api.anthropic.com, answer locally elsewhere, learn from refusals), local or passthrough; repeatable")
-	f.DurationVar(&o.limits.ReadHeaderTimeout, "read-header-timeout", proxy.DefaultReadHeaderTimeout, "how long a client may take to send a request's headers")
-	f.DurationVar(&o.limits.ReadTimeout, "read-timeout", proxy.DefaultReadTimeout, "how long a client may take to send a whole request, body included")
-	f.DurationVar(&o.limits.WriteTimeout, "write-timeout", proxy.DefaultWriteTimeout, "how long each write of an answer may take (a stream gets it anew for every event)")
-	f.DurationVar(&o.limits.IdleTimeout, "idle-timeout", proxy.DefaultIdleTimeout, "how long a keep-alive connection may wait for its next request")
-	f.IntVar(&o.limits.MaxConns, "max-conns", proxy.DefaultMaxConns, "connections served at once (more wait to be accepted)")
+	f.DurationVar(&o.limits.ReadHeaderTimeout, "read-header-timeout", serveconfig.DefaultReadHeaderTimeout, "how long a client may take to send a request's headers")
+	f.DurationVar(&o.limits.ReadTimeout, "read-timeout", serveconfig.DefaultReadTimeout, "how long a client may take to send a whole request, body included")
+	f.DurationVar(&o.limits.WriteTimeout, "write-timeout", serveconfig.DefaultWriteTimeout, "how long each write of an answer may take (a stream gets it anew for every event)")
+	f.DurationVar(&o.limits.IdleTimeout, "idle-timeout", serveconfig.DefaultIdleTimeout, "how long a keep-alive connection may wait for its next request")
+	f.IntVar(&o.limits.MaxConns, "max-conns", serveconfig.DefaultMaxConns, "connections served at once (more wait to be accepted)")
 	f.BoolVar(&o.syncAppends, "sync-appends", false, "SQLite: fsync every append (synchronous=FULL), each in its own transaction. Off: synchronous=NORMAL and appends journaled, applied in batches 20ms later; safe when the process dies, and an append lost to a power cut is sent again by the client with its next request")
 	f.StringVar(&o.uiToken, "ui-token", "", "token the session inspector (/ui/) requires: on a loopback --listen it is served without one unless this is set; on any other address it is off unless this is set")
 	f.StringVar(&o.pprof, "pprof", "", "serve net/http/pprof on this address, e.g. 127.0.0.1:6060 (off by default; never expose it publicly)")
@@ -131,7 +132,7 @@ requests and streams finish (up to --shutdown-timeout).
 }
 
 // mergeFileConfig fills the options from the config file where the flag was not given.
-func mergeFileConfig(cmd *cobra.Command, o *serveOptions, fc proxy.FileConfig) {
+func mergeFileConfig(cmd *cobra.Command, o *serveOptions, fc serveconfig.File) {
 	set := func(name string) bool { return !cmd.Flags().Changed(name) }
 	if fc.Listen != "" && set("listen") {
 		o.listen = fc.Listen
@@ -176,10 +177,10 @@ func mergeFileConfig(cmd *cobra.Command, o *serveOptions, fc proxy.FileConfig) {
 }
 
 func runServe(cmd *cobra.Command, o *serveOptions) error {
-	var fc proxy.FileConfig
+	var fc serveconfig.File
 	if o.config != "" {
 		var err error
-		if fc, err = proxy.LoadFileConfig(o.config); err != nil {
+		if fc, err = serveconfig.LoadFile(o.config); err != nil {
 			return usageErrorf("--config: %v", err)
 		}
 		mergeFileConfig(cmd, o, fc)
@@ -271,7 +272,7 @@ func runServe(cmd *cobra.Command, o *serveOptions) error {
 		return err
 	}
 	addr := ln.Addr().String()
-	hs := proxy.NewHTTPServer(srv.Handler(), o.limits, slog.NewLogLogger(logger.Handler(), slog.LevelWarn))
+	hs := serveconfig.NewHTTPServer(srv.Handler(), o.limits, slog.NewLogLogger(logger.Handler(), slog.LevelWarn))
 	lim := o.limits.WithDefaults()
 	logger.Info("ctxmgr serve: listening", slog.String("addr", "http://"+addr), slog.String("store", proxy.RedactURL(o.store)),
 		slog.String("upstream_openai", proxy.RedactURL(o.upstreamOpenAI)), slog.String("upstream_anthropic", proxy.RedactURL(o.upstreamAnthropic)),
@@ -306,7 +307,7 @@ func runServe(cmd *cobra.Command, o *serveOptions) error {
 	// now and every hour while serving.
 	go runCleanup(ctx, st, time.Hour, logger)
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(proxy.LimitListener(ln, o.limits)) }()
+	go func() { errc <- hs.Serve(serveconfig.LimitListener(ln, o.limits)) }()
 	select {
 	case err := <-errc:
 		if !errors.Is(err, http.ErrServerClosed) {
@@ -360,7 +361,7 @@ func servePprof(addr string, logger *slog.Logger) (func(), error) {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: proxy.DefaultReadHeaderTimeout}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: serveconfig.DefaultReadHeaderTimeout}
 	logger.Info("ctxmgr serve: pprof listening", slog.String("addr", "http://"+ln.Addr().String()+"/debug/pprof/"))
 	go func() { _ = hs.Serve(ln) }()
 	return func() { _ = hs.Close() }, nil
@@ -368,7 +369,7 @@ func servePprof(addr string, logger *slog.Logger) (func(), error) {
 
 // validateServe checks the settings before anything starts, so that a broken setting is
 // refused at once with the flag it came from instead of failing every request later.
-func validateServe(o *serveOptions, fc proxy.FileConfig) error {
+func validateServe(o *serveOptions, fc serveconfig.File) error {
 	for _, u := range []struct{ flag, val string }{
 		{"--upstream-openai", o.upstreamOpenAI}, {"--upstream-anthropic", o.upstreamAnthropic}, {"--upstream-gemini", o.upstreamGemini},
 	} {

@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/ctxmgr/ctxmgr/proxy"
+	"github.com/ctxmgr/ctxmgr/internal/serveconfig"
 	"github.com/ctxmgr/ctxmgr/summarize"
 	"github.com/ctxmgr/ctxmgr/tokens"
 	"github.com/ctxmgr/ctxmgr/wire"
@@ -52,7 +52,7 @@ func addSummarizerFlags(f *pflag.FlagSet, o *summarizerOptions) {
 
 // mergeSummarizerConfig fills the options from the config file's "summarizer" where the flag
 // was not given.
-func mergeSummarizerConfig(cmd *cobra.Command, o *summarizerOptions, sc *proxy.SummarizerConfig) {
+func mergeSummarizerConfig(cmd *cobra.Command, o *summarizerOptions, sc *serveconfig.Summarizer) {
 	if sc == nil {
 		return
 	}

@@ -1,19 +1,37 @@
-package proxy
+package serveconfig
 
 import (
 	"bufio"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ctxmgr/ctxmgr/internal/fakeupstream"
+	"github.com/ctxmgr/ctxmgr/proxy"
+	"github.com/ctxmgr/ctxmgr/store"
 )
+
+// proxyHandler returns the handler of a proxy in front of a fake upstream.
+func proxyHandler(t *testing.T) http.Handler {
+	t.Helper()
+	up := httptest.NewServer(fakeupstream.New(fakeupstream.Options{}))
+	t.Cleanup(up.Close)
+	srv, err := proxy.New(proxy.Config{UpstreamOpenAI: up.URL, UpstreamAnthropic: up.URL, Store: store.NewMemory(),
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	return srv.Handler()
+}
 
 // serveLimits serves h with l on a loopback listener, as ctxmgr serve does.
 func serveLimits(t *testing.T, h http.Handler, l Limits) string {
@@ -40,8 +58,7 @@ func closedWithin(c net.Conn, d time.Duration) bool {
 // TestLimitsStalledBody: a connection that sends its headers and stalls the body is closed
 // after the read timeout; a keep-alive connection left idle is closed after the idle timeout.
 func TestLimitsStalledBody(t *testing.T) {
-	e := newEnv(t, fakeupstream.Options{}, Config{})
-	addr := serveLimits(t, e.srv.Handler(), Limits{ReadTimeout: 300 * time.Millisecond, IdleTimeout: 300 * time.Millisecond})
+	addr := serveLimits(t, proxyHandler(t), Limits{ReadTimeout: 300 * time.Millisecond, IdleTimeout: 300 * time.Millisecond})
 
 	var conns []net.Conn
 	for i := 0; i < 20; i++ {

@@ -1,4 +1,4 @@
-package proxy
+package serveconfig
 
 import (
 	"fmt"
