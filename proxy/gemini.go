@@ -19,7 +19,7 @@ import (
 //     ?alt=sse is relayed event by event; one without (the JSON array form) is relayed whole
 //     once answered when the proxy reads the answer (a managed request), as it is otherwise.
 //   - The API key (x-goog-api-key or ?key=) is passed through untouched; logs carry the path
-//     without its query, and upstream errors are redacted (RedactText).
+//     without its query, and upstream errors are redacted (internal/redact).
 //   - A request naming cachedContent keeps part of its history on the provider: it is
 //     forwarded unchanged and counted in ctxmgr_unmanaged_requests_total{reason="provider_state"}.
 //   - The ctxmgr_read tool is a function declaration; its calls (with or without an id) are

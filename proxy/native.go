@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+
+	"github.com/ctxmgr/ctxmgr/internal/redact"
 )
 
 // The providers' own context management (see docs/provider-context-management.md).
@@ -53,27 +55,6 @@ func ParseProviderContextMode(s string) (ProviderContextMode, error) {
 		return m, nil
 	}
 	return "", fmt.Errorf("proxy: provider context mode %q: want auto, local or passthrough", s)
-}
-
-// ParseProviderContext reads `ctxmgr serve --provider-context` values: "MODE" (every
-// upstream, the "*" key) or "UPSTREAM=MODE" (an upstream's base URL or host).
-func ParseProviderContext(specs []string) (map[string]ProviderContextMode, error) {
-	out := map[string]ProviderContextMode{}
-	for _, spec := range specs {
-		key, mode := "*", spec
-		if i := strings.LastIndexByte(spec, '='); i >= 0 {
-			key, mode = strings.TrimSpace(spec[:i]), spec[i+1:]
-		}
-		m, err := ParseProviderContextMode(mode)
-		if err != nil {
-			return nil, err
-		}
-		if key == "" {
-			return nil, fmt.Errorf("proxy: provider context %q: an empty upstream", spec)
-		}
-		out[key] = m
-	}
-	return out, nil
 }
 
 // The features, as labelled in ctxmgr_provider_context_total{feature}.
@@ -243,11 +224,11 @@ func (s *Server) compactNow(ctx context.Context, x *exchange, ps *psession) (tok
 	}
 	if err != nil {
 		x.log.Warn("proxy: compaction failed", slog.String("error", err.Error()))
-		writeError(x.w, x.format, http.StatusInternalServerError, "api_error", "ctxmgr: compaction failed: "+RedactText(err.Error()))
+		writeError(x.w, x.format, http.StatusInternalServerError, "api_error", "ctxmgr: compaction failed: "+redact.Text(err.Error()))
 		return "", "", false
 	}
 	if tok, err = s.sealToken(ctx, compactionClaim{Session: ps.id, Version: version}); err != nil {
-		writeError(x.w, x.format, http.StatusInternalServerError, "api_error", "ctxmgr: "+RedactText(err.Error()))
+		writeError(x.w, x.format, http.StatusInternalServerError, "api_error", "ctxmgr: "+redact.Text(err.Error()))
 		return "", "", false
 	}
 	return tok, summary, true
@@ -312,7 +293,7 @@ func (x *exchange) learnNative(ctx context.Context, body, errBody []byte) (next 
 		s.countNative(x.format, f, decisionLearned)
 	}
 	x.log.Info("proxy: the upstream lacks the providers' context management; answered by the proxy from now on",
-		slog.String("upstream", RedactText(x.base)), slog.Any("features", features))
+		slog.String("upstream", redact.Text(x.base)), slog.Any("features", features))
 	x.nat = act
 	an := act.anthropicSide()
 	if an != nil {

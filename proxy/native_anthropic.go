@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ctxmgr/ctxmgr/internal/redact"
 	"github.com/ctxmgr/ctxmgr/proxy/sse"
 	"github.com/ctxmgr/ctxmgr/tokens"
 )
@@ -648,7 +649,7 @@ func (s *Server) compactThenContinue(ctx context.Context, x *exchange, ps *psess
 		err = json.Unmarshal(x.body, &top)
 	}
 	if err != nil {
-		writeError(x.w, x.format, http.StatusInternalServerError, "api_error", "ctxmgr: "+RedactText(err.Error()))
+		writeError(x.w, x.format, http.StatusInternalServerError, "api_error", "ctxmgr: "+redact.Text(err.Error()))
 		return errAnswered
 	}
 	top["messages"] = mustMarshal([]any{map[string]any{"role": "user", "content": []any{map[string]any{"type": "text", "text": text}}}})

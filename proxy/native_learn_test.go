@@ -93,16 +93,9 @@ func TestNativePassthroughSetting(t *testing.T) {
 	}
 }
 
-func TestParseProviderContext(t *testing.T) {
-	got, err := ParseProviderContext([]string{"local", "https://relay.example=passthrough", "api.openai.com=auto"})
-	if err != nil || got["*"] != ProviderContextLocal || got["https://relay.example"] != ProviderContextPassthrough || got["api.openai.com"] != ProviderContextAuto {
-		t.Fatalf("%v %v", got, err)
-	}
-	for _, bad := range []string{"never", "=local", "x=sometimes"} {
-		if _, err := ParseProviderContext([]string{bad}); err == nil {
-			t.Fatalf("%q accepted", bad)
-		}
-	}
+// TestProviderModes: a mode is found by an upstream's base URL, then its host, then "*".
+func TestProviderModes(t *testing.T) {
+	got := map[string]ProviderContextMode{"*": ProviderContextLocal, "https://relay.example": ProviderContextPassthrough, "api.openai.com": ProviderContextAuto}
 	c := Config{ProviderContext: got}
 	if c.providerMode("https://relay.example") != ProviderContextPassthrough || c.providerMode("https://api.openai.com") != ProviderContextAuto ||
 		c.providerMode("http://127.0.0.1:8080") != ProviderContextLocal {

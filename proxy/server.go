@@ -23,6 +23,7 @@ import (
 
 	ctxmgr "github.com/ctxmgr/ctxmgr"
 	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/internal/redact"
 	"github.com/ctxmgr/ctxmgr/provider"
 	"github.com/ctxmgr/ctxmgr/tokens"
 	"github.com/ctxmgr/ctxmgr/wire"
@@ -292,13 +293,13 @@ func (s *Server) handlePassthrough(w http.ResponseWriter, r *http.Request) {
 		target, err = targetURL(base, r)
 	}
 	if err != nil {
-		writeError(w, f, http.StatusBadGateway, "api_error", RedactText(err.Error()))
+		writeError(w, f, http.StatusBadGateway, "api_error", redact.Text(err.Error()))
 		return
 	}
 	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	req, err := http.NewRequestWithContext(r.Context(), r.Method, target, body)
 	if err != nil {
-		writeError(w, f, http.StatusBadRequest, "invalid_request_error", RedactText(err.Error()))
+		writeError(w, f, http.StatusBadRequest, "invalid_request_error", redact.Text(err.Error()))
 		return
 	}
 	copyRequestHeaders(req.Header, r.Header)
@@ -310,7 +311,7 @@ func (s *Server) handlePassthrough(w http.ResponseWriter, r *http.Request) {
 			writeError(w, f, http.StatusRequestEntityTooLarge, "request_too_large", fmt.Sprintf("request body above %d bytes", s.cfg.MaxBodyBytes))
 			return
 		}
-		msg := RedactText(err.Error())
+		msg := redact.Text(err.Error())
 		s.log.Warn("proxy: upstream unreachable", slog.String("path", r.URL.Path), slog.String("error", msg))
 		writeError(w, f, http.StatusBadGateway, "api_error", "upstream unreachable: "+msg)
 		return
@@ -506,7 +507,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, format Forma
 		if errors.As(err, &ie) {
 			writeError(sw, format, http.StatusBadRequest, "invalid_request_error", err.Error())
 		} else {
-			writeError(sw, format, http.StatusInternalServerError, "api_error", "ctxmgr: "+RedactText(err.Error()))
+			writeError(sw, format, http.StatusInternalServerError, "api_error", "ctxmgr: "+redact.Text(err.Error()))
 		}
 		return
 	}
@@ -546,7 +547,7 @@ func (s *Server) serveBody(x *exchange, body []byte, start time.Time, attrs *[]s
 	}
 	*attrs = append(*attrs, slog.String("model", x.model), slog.Bool("stream", x.stream))
 	if x.base, x.target, err = s.upstreamOf(x.r, x.format, x.model); err != nil {
-		writeError(x.w, x.format, http.StatusBadGateway, "api_error", RedactText(err.Error()))
+		writeError(x.w, x.format, http.StatusBadGateway, "api_error", redact.Text(err.Error()))
 		return nil
 	}
 	if derr != nil {
@@ -949,7 +950,7 @@ func (x *exchange) send(ctx context.Context, body []byte) (*http.Response, error
 				return resp, err
 			}
 			// It failed before its last byte: the upstream has not acted on it.
-			x.log.Debug("proxy: cut-through request failed before its end; sending again", slog.String("error", RedactText(err.Error())))
+			x.log.Debug("proxy: cut-through request failed before its end; sending again", slog.String("error", redact.Text(err.Error())))
 			x.s.metrics.cutThrough.WithLabelValues("failed").Inc()
 		} else if c.abort() {
 			x.s.metrics.cutThrough.WithLabelValues("aborted").Inc()
@@ -1020,7 +1021,7 @@ func (x *exchange) forward(ctx context.Context, body []byte) {
 			if ctx.Err() != nil {
 				return
 			}
-			msg := RedactText(err.Error())
+			msg := redact.Text(err.Error())
 			x.log.Warn("proxy: upstream unreachable", slog.String("error", msg))
 			writeError(x.w, x.format, http.StatusBadGateway, "api_error", "upstream unreachable: "+msg)
 			return
@@ -1219,7 +1220,7 @@ func (x *exchange) relayJSON(ctx context.Context, resp *http.Response) {
 		if err != nil || r2.StatusCode < 200 || r2.StatusCode > 299 {
 			// The follow-up failed (an error, or an answer cut short): the answer before it.
 			if err != nil {
-				x.log.Warn("proxy: reading the ctxmgr_read follow-up's answer failed", slog.String("error", RedactText(err.Error())))
+				x.log.Warn("proxy: reading the ctxmgr_read follow-up's answer failed", slog.String("error", redact.Text(err.Error())))
 			}
 			data = stripReads(x.format, data)
 			break

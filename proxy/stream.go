@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/internal/redact"
 	"github.com/ctxmgr/ctxmgr/proxy/sse"
 	"github.com/ctxmgr/ctxmgr/wire"
 )
@@ -101,7 +102,7 @@ func (x *exchange) relayStream(ctx context.Context, resp *http.Response) {
 			err = &upstreamStatus{status: r2.StatusCode, body: b}
 		}
 		if err != nil {
-			x.log.Warn("proxy: ctxmgr_read follow-up failed", slog.String("error", RedactText(err.Error())))
+			x.log.Warn("proxy: ctxmgr_read follow-up failed", slog.String("error", redact.Text(err.Error())))
 			_, _ = x.w.Write(f.abort("\n[ctxmgr: could not read back stored content]"))
 			flush(x.w)
 			return

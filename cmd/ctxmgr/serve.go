@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ctxmgr/ctxmgr"
+	"github.com/ctxmgr/ctxmgr/internal/redact"
 	"github.com/ctxmgr/ctxmgr/internal/serveconfig"
 	"github.com/ctxmgr/ctxmgr/proxy"
 	"github.com/ctxmgr/ctxmgr/store"
@@ -212,7 +213,7 @@ func runServe(cmd *cobra.Command, o *serveOptions) error {
 		return usageErrorf("--log-format %q: want text or json", o.logFormat)
 	}
 
-	providerContext, err := proxy.ParseProviderContext(o.providerContext)
+	providerContext, err := serveconfig.ParseProviderContext(o.providerContext)
 	if err != nil {
 		return usageErrorf("--provider-context: %v", err)
 	}
@@ -274,9 +275,9 @@ func runServe(cmd *cobra.Command, o *serveOptions) error {
 	addr := ln.Addr().String()
 	hs := serveconfig.NewHTTPServer(srv.Handler(), o.limits, slog.NewLogLogger(logger.Handler(), slog.LevelWarn))
 	lim := o.limits.WithDefaults()
-	logger.Info("ctxmgr serve: listening", slog.String("addr", "http://"+addr), slog.String("store", proxy.RedactURL(o.store)),
-		slog.String("upstream_openai", proxy.RedactURL(o.upstreamOpenAI)), slog.String("upstream_anthropic", proxy.RedactURL(o.upstreamAnthropic)),
-		slog.String("upstream_gemini", proxy.RedactURL(o.upstreamGemini)),
+	logger.Info("ctxmgr serve: listening", slog.String("addr", "http://"+addr), slog.String("store", redact.URL(o.store)),
+		slog.String("upstream_openai", redact.URL(o.upstreamOpenAI)), slog.String("upstream_anthropic", redact.URL(o.upstreamAnthropic)),
+		slog.String("upstream_gemini", redact.URL(o.upstreamGemini)),
 		slog.String("window", windowDesc(o.window)), slog.String("preset", o.preset), slog.String("summarizer", sumName),
 		slog.Duration("read_timeout", lim.ReadTimeout), slog.Duration("write_timeout", lim.WriteTimeout),
 		slog.Duration("idle_timeout", lim.IdleTimeout), slog.Int("max_conns", lim.MaxConns))

@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ctxmgr/ctxmgr/chat"
-	"github.com/ctxmgr/ctxmgr/proxy"
+	"github.com/ctxmgr/ctxmgr/internal/redact"
 	"github.com/ctxmgr/ctxmgr/store"
 	"github.com/ctxmgr/ctxmgr/store/files"
 	"github.com/ctxmgr/ctxmgr/store/postgres"
@@ -55,7 +55,7 @@ func openStore(ctx context.Context, spec string, lite sqlite.Options) (store.Sto
 		}
 		return files.Open(dir, files.Options{})
 	}
-	return nil, usageErrorf("--store %q: want %s", proxy.RedactURL(spec), storeSpecHelp)
+	return nil, usageErrorf("--store %q: want %s", redact.URL(spec), storeSpecHelp)
 }
 
 // openExisting is openStore for commands that only read or delete: a SQLite file or store

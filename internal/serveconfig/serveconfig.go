@@ -1,7 +1,8 @@
 // Package serveconfig holds what `ctxmgr serve` reads and sets up around the proxy: the JSON
-// configuration file (File, LoadFile) and the HTTP server's timeouts and connection cap
-// (Limits, NewHTTPServer, LimitListener). A program that embeds the proxy builds its own
-// http.Server around proxy.Server.Handler, or uses proxy.NewTransport.
+// configuration file (File, LoadFile), the syntax of the --provider-context flag
+// (ParseProviderContext), and the HTTP server's timeouts and connection cap (Limits,
+// NewHTTPServer, LimitListener). A program that embeds the proxy builds its own http.Server
+// around proxy.Server.Handler, or uses proxy.NewTransport.
 package serveconfig
 
 import (
