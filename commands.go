@@ -15,7 +15,8 @@ type CompactResult struct {
 	Messages int
 	// TokensBefore and TokensAfter are the request's input tokens around the compaction.
 	TokensBefore, TokensAfter int
-	// Summary is the new summary (empty when there was nothing to compact).
+	// Summary is the new summary and SummaryVersion its version (empty and 0 when there was
+	// nothing to compact).
 	Summary        string
 	SummaryVersion int
 }
@@ -71,9 +72,10 @@ func (s *Session) compact(ctx context.Context, instruction string, all bool) (Co
 
 // Stats backs /context: what the session holds and how full the window is.
 type Stats struct {
+	// Session is the session's ID.
 	Session string `json:"session"`
 	// Messages counts the live (not evicted) messages by role; Total every message ever
-	// appended; Evicted those folded into the summary.
+	// appended; Evicted those folded into the summary (history[:Evicted]).
 	Messages map[chat.Role]int `json:"messages"`
 	Total    int               `json:"total"`
 	Evicted  int               `json:"evicted"`
@@ -83,16 +85,21 @@ type Stats struct {
 	Offloaded  int `json:"offloaded"`
 	Truncated  int `json:"truncated"`
 	Superseded int `json:"superseded"`
-	// Regions are the tokens per region of the next request; Input their sum.
-	Regions   budget.Regions `json:"regions"`
-	Input     int            `json:"input"`
-	Window    int            `json:"window"`
-	MaxOutput int            `json:"max_output"`
+	// Regions are the tokens per region of the next request as the history stands (before
+	// the next Prepare runs); Input their sum.
+	Regions budget.Regions `json:"regions"`
+	Input   int            `json:"input"`
+	// Window and MaxOutput are the window in force and the reply budget reserved in it, as in
+	// Report: the configured ones, or the smaller ones Recover settled on.
+	Window    int `json:"window"`
+	MaxOutput int `json:"max_output"`
 	// UsePercent is input / window * 100: what the next request uses of the window (the
 	// MaxOutput reserved for the reply is not used yet, so it does not count).
-	UsePercent     float64 `json:"use_percent"`
-	SummaryVersion int     `json:"summary_version"`
-	// Archives says where evicted messages are; Offloads where offloaded results are.
+	UsePercent float64 `json:"use_percent"`
+	// SummaryVersion is the version of the summary in force (0: none).
+	SummaryVersion int `json:"summary_version"`
+	// Archives says where evicted messages are, one "messages A-B: WHERE" line per archived
+	// range; Offloads where every offloaded tool result is, evicted ones included.
 	Archives []string          `json:"archives,omitempty"`
 	Offloads []store.Offloaded `json:"offloads,omitempty"`
 }

@@ -20,35 +20,56 @@ import (
 type Prepared struct {
 	// Request holds the system prompt, the tool definitions and the messages to send (the
 	// summary first, as a user message, when there is one). Body fields such as model and
-	// max_tokens are the caller's; package wire turns a Request into a provider body.
+	// max_tokens are the caller's; package wire turns a Request into a provider body. It
+	// fits Report.Window only when the caller sends at most Report.MaxOutput as max_tokens.
 	Request chat.Request
-	Report  Report
+	// Report says what the pipeline did to make Request, and the window it was made for.
+	Report Report
 }
 
-// Report says what Prepare did.
+// Report says what Prepare (or Recover) did. Token counts are by the Config's counter.
 type Report struct {
-	Window, MaxOutput int
-	// Before and After are the tokens per region around this call; InputBefore/InputAfter
-	// their sums.
-	Before, After           budget.Regions
+	// Window is the context window in tokens (input + output) the request was made to fit:
+	// Config.Budget.Window, or the smaller window Recover settled on for the session, which
+	// the session keeps from then on (across restarts, through its Store).
+	Window int
+	// MaxOutput is the reply budget the request leaves room for, in tokens: the request fits
+	// Window (input + MaxOutput + safety margin <= Window) only if the caller sends at most
+	// MaxOutput as the request's max_tokens (max_output_tokens, maxOutputTokens). It is
+	// Config.Budget.MaxOutput until Recover makes the window smaller; from then on it is
+	// min(Config.Budget.MaxOutput, Window/4), at least 1, and the caller must send it as
+	// max_tokens (or less), on the retry Recover prepares and on every later request.
+	MaxOutput int
+	// Before and After are the tokens per region (system prompt, tools, summary, history)
+	// when the call began and of the request it returns.
+	Before, After budget.Regions
+	// InputBefore and InputAfter are the sums of Before and After: the input tokens of the
+	// request as it stood when the call began and of the one it returns.
 	InputBefore, InputAfter int
-	// Steps are the events of this call, in order.
+	// Steps are the events this call raised, in order; each also goes to Config.OnEvent and
+	// the Store. After Recover the last one is the StepRecover event naming the new window.
 	Steps []Event
-	// Freed = InputBefore - InputAfter.
+	// Freed = InputBefore - InputAfter: the input tokens this call removed (negative if it
+	// made the request larger).
 	Freed int
 	// PrefixChanged: the request does not begin with the previous request's messages (a
 	// compaction event happened since), so provider prompt caches miss from the change on.
+	// False on the first request after NewSession or LoadSession.
 	PrefixChanged bool
-	// SummaryVersion is the summary in force (0: none); Evicted how many messages it covers.
-	// Pinned is the history position of the latest user message when a cut passed it: it is
-	// then sent first, before the summary (-1: none). The request is [pinned], [summary],
-	// then the views of history[Evicted:].
+	// SummaryVersion is the version of the summary in force (0: none). Evicted is how many
+	// history messages, from the first, it covers: they are not sent, but for Pinned. Pinned
+	// is the history position of the latest user message when a cut passed it: it is then
+	// sent first, before the summary (-1: none). The request is [pinned], [summary], then the
+	// views of history[Evicted:].
 	SummaryVersion int
 	Evicted        int
 	Pinned         int
-	// SummaryInputTokens and SummaryOutputTokens are what summaries cost in this call.
+	// SummaryInputTokens and SummaryOutputTokens are what the summaries applied in this call
+	// cost: the tokens the summarizer billed (the extractive one reports what an LLM call
+	// would have billed). Zero when no summary was applied.
 	SummaryInputTokens, SummaryOutputTokens int
-	// Compactions counts summaries made in this call.
+	// Compactions counts the summaries applied in this call (a background summary applied
+	// here included).
 	Compactions int
 }
 
@@ -766,6 +787,8 @@ func (s *Session) applyBackground(ctx context.Context, rep *Report) error {
 // than the request it refused: its input part by 10% on the first attempt, by half on later
 // ones. The session keeps the smaller window from then on (the Store keeps
 // it across restarts); thresholds, reserve and the summary size keep their ratios to it.
+// The reply budget shrinks with it: send the returned Report.MaxOutput as the request's
+// max_tokens, on the retry and on every later request (see Report.MaxOutput).
 func (s *Session) Recover(ctx context.Context, providerErr error) (Prepared, error) {
 	if !provider.IsOverflowError(providerErr) {
 		return Prepared{}, providerErr
