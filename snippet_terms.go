@@ -1,5 +1,7 @@
 package ctxmgr
 
+import "github.com/ctxmgr/ctxmgr/internal/terms"
+
 // Identifiers in play: the salient terms (paths, symbols, numbers, dotted names) of the
 // messages the agent and the user wrote (the task, the assistant's text and its tool calls'
 // arguments). When a tool result is cut to a snippet, its lines holding one of them are kept
@@ -8,46 +10,14 @@ package ctxmgr
 // maxTermsInPlay bounds the terms remembered per session.
 const maxTermsInPlay = 1 << 14
 
-// eachIdentifier calls f with every salient term of s: a maximal run of [A-Za-z0-9_./:-],
-// trailing '.', ',' and ':' trimmed, at least 4 bytes long, containing '_', '/', '.', a digit
-// or a lower-upper case change (camelCase).
+// eachIdentifier calls f with every salient term of s (terms.Each) of at most 200 bytes:
+// longer runs (hashes, base64) are no identifiers worth remembering.
 func eachIdentifier(s string, f func(string)) {
-	for i := 0; i < len(s); {
-		if !identByte(s[i]) {
-			i++
-			continue
-		}
-		j := i
-		for j < len(s) && identByte(s[j]) {
-			j++
-		}
-		t := s[i:j]
-		i = j
-		for len(t) > 0 && (t[len(t)-1] == '.' || t[len(t)-1] == ',' || t[len(t)-1] == ':') {
-			t = t[:len(t)-1]
-		}
-		if len(t) >= 4 && len(t) <= 200 && salientIdent(t) {
+	terms.Each(s, func(t string) {
+		if len(t) <= 200 {
 			f(t)
 		}
-	}
-}
-
-func identByte(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-		c == '_' || c == '.' || c == '/' || c == ':' || c == '-'
-}
-
-func salientIdent(t string) bool {
-	for i := 0; i < len(t); i++ {
-		c := t[i]
-		switch {
-		case c == '_' || c == '/' || c == '.' || c >= '0' && c <= '9':
-			return true
-		case c >= 'A' && c <= 'Z' && i > 0 && t[i-1] >= 'a' && t[i-1] <= 'z':
-			return true
-		}
-	}
-	return false
+	})
 }
 
 // addTerms remembers the identifiers of text as in play.

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/internal/terms"
 )
 
 // SalientTerms returns the salient terms of a text, each once, in order of first appearance:
@@ -17,20 +18,7 @@ import (
 func SalientTerms(s string) []string {
 	var out []string
 	var seen map[string]bool
-	for i := 0; i < len(s); {
-		if !termByte(s[i]) {
-			i++
-			continue
-		}
-		j := i
-		for j < len(s) && termByte(s[j]) {
-			j++
-		}
-		t := strings.TrimRight(s[i:j], ".,:")
-		i = j
-		if len(t) < 4 || !salient(t) {
-			continue
-		}
+	terms.Each(s, func(t string) {
 		if seen == nil {
 			seen = make(map[string]bool)
 		}
@@ -38,26 +26,8 @@ func SalientTerms(s string) []string {
 			seen[t] = true
 			out = append(out, t)
 		}
-	}
+	})
 	return out
-}
-
-func termByte(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-		c == '_' || c == '.' || c == '/' || c == ':' || c == '-'
-}
-
-func salient(t string) bool {
-	for i := 0; i < len(t); i++ {
-		c := t[i]
-		switch {
-		case c == '_' || c == '/' || c == '.' || c >= '0' && c <= '9':
-			return true
-		case c >= 'A' && c <= 'Z' && i > 0 && t[i-1] >= 'a' && t[i-1] <= 'z':
-			return true
-		}
-	}
-	return false
 }
 
 // searchText is the text of a message that reference recall looks in and for: its text and
