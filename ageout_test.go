@@ -249,34 +249,3 @@ func TestRequestedReadCapFromRoom(t *testing.T) {
 		}
 	}
 }
-
-// A rewrite that stores the session's first content makes the caller declare its read-back
-// tool (Config.ReadToolTokens): the whole request misses the cache once. The cost model prices
-// that, so the first age-out comes later than it would without the tool, and the tool changes
-// the request once.
-func TestFirstStoredContentPaysForTheReadTool(t *testing.T) {
-	firstCut := func(toolTokens int) int {
-		t.Helper()
-		ctx := context.Background()
-		_, s := testManager(t, Config{ToolResultCap: 100000, AgeOut: true, OldToolResultCap: 1000, RecentToolResults: 2, CostMaskKeep: 2, ReadToolTokens: toolTokens})
-		appendAll(t, s, chat.TextMessage(chat.RoleUser, strings.Repeat("the task, described at length ", 2000)))
-		for k := 0; k < 60; k++ {
-			p, err := s.Prepare(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(p.Report.Steps) > 0 {
-				return k
-			}
-			id := fmt.Sprintf("b%d", k)
-			appendAll(t, s, chat.Message{Role: chat.RoleAssistant, ToolCalls: []chat.ToolCall{{ID: id, Name: "bash", Arguments: fmt.Sprintf(`{"command":"./check %d"}`, k)}}},
-				chat.ToolResult(id, "bash", lines(120, fmt.Sprintf("check %d says fine", k)), false))
-		}
-		return 60
-	}
-	without, with := firstCut(0), firstCut(200)
-	t.Logf("first rewrite at call %d without a read tool to declare, %d with one", without, with)
-	if without >= 60 || with <= without {
-		t.Fatalf("first rewrite at call %d without a read tool to declare, %d with one", without, with)
-	}
-}

@@ -87,14 +87,6 @@ type Config struct {
 	// of history already sent is a prompt-cache miss for what follows it, and is made only
 	// when the saving over the calls to come covers it. Default PricesAnthropic.
 	Prices Prices
-	// ReadToolTokens is the size in tokens of the tool through which the caller lets the model
-	// read stored content back (the proxy's ctxmgr_read), which the caller declares in the
-	// session's tools from the first request after the session holds content to read back (an
-	// offloaded result, evicted messages) and never before. Declaring it changes the tools,
-	// a prompt-cache miss of the whole request, and adds its tokens to every later call; the
-	// cost model prices both into the rewrite that would store the session's first content.
-	// Default 0: no such tool.
-	ReadToolTokens int
 	// Supersede replaces an older tool result that a later one shows again (the same file or
 	// range read again, the same command re-run, the same search, an identical result) by a
 	// reference to the later one, in batches, when that pays under the cost model (Prices).
@@ -283,8 +275,6 @@ func (c Config) Validate() error {
 		}
 	}
 	switch {
-	case c.ReadToolTokens < 0:
-		return configErr("ReadToolTokens", "%d < 0", c.ReadToolTokens)
 	case c.CostMaskKeep < 0:
 		return configErr("CostMaskKeep", "%d < 0", c.CostMaskKeep)
 	case c.RequestedReadCap < 0:

@@ -53,8 +53,9 @@ func (p Prices) validate() error {
 //
 //	RemainingCalls(calls) * saved * Cached  -  after * (Uncached - Cached)
 //
-// A lossy rewrite also removes what the agent may need again: its price includes the
-// expected read-back (see rewriteCandidate.risk and bestBatch). Summarizing is not decided
+// A lossy rewrite also removes what the agent may need again: its saving holds only until the
+// agent reads that back, and its price includes the expected read-back (see outlook,
+// readBackRisk and bestBatch). Summarizing is not decided
 // here: it runs only under window pressure (the threshold), where the request must shrink
 // whatever the cache says, and it costs an LLM call besides. The ingestion cap changes
 // nothing already sent (a result is capped before it is ever sent), so it costs no cache miss
@@ -77,51 +78,63 @@ func (p Prices) Pays(saved, after, calls int) bool {
 }
 
 // rewriteCandidate is one message a rewrite could replace: its history position, the tokens
-// it would save, and, for a lossy rewrite, the expected cost per call of reading back what it
-// removes (risk, in the price unit: see readBackRisk).
+// it would save per call, and, for a lossy rewrite, the calls the saving is expected to hold
+// and the expected cost of reading back what it removes (risk, in the price unit: see
+// readBackRisk).
 type rewriteCandidate struct {
 	pos, save int
-	risk      float64
-	kind      viewKind // the view it would get
+	// held is the expected number of calls to come that the saving holds: 0 means all of
+	// them (a lossless rewrite); a lossy one holds until the agent reads back what it
+	// removed (see outlook).
+	held float64
+	risk float64
+	kind viewKind // the view it would get
 }
 
 // lossyMargin is how much a lossy rewrite made without window pressure must save beyond what
-// it is expected to cost: its batch is made only when its expected net saving is at least its
-// expected costs (the cache miss and the read-back) again, so that it still pays when the
-// hazard it was priced with is off by half. A lossless batch (superseded copies that the later
-// copy shows whole) needs no margin.
-const lossyMargin = 1.0
+// it is expected to cost: its batch is made only when its expected net saving is at least
+// half its expected costs (the cache miss and the read-back) again, so that it still pays
+// when the hazard it was priced with is a third too low. A lossless batch (superseded copies
+// that the later copy shows whole) needs no margin. Half is the margin at which `default`
+// pays least, read-back included, on the real coding runs while its recall stays at least
+// 0.99 (docs/strategies.md).
+const lossyMargin = 0.5
 
-// readBackRisk is the expected cost per call of removing text from a message of tokens
-// tokens: hazard, the chance per call that the agent needs what was removed (see reuse.go),
-// times reading the message back, its tokens billed uncached.
-func (p Prices) readBackRisk(hazard float64, tokens int) float64 {
-	return hazard * float64(tokens) * p.Uncached
+// readBackRisk is the expected cost of removing text from a message of tokens tokens, in a
+// request of context tokens: chance, the chance that the agent needs what was removed in the
+// calls to come (see outlook), times reading the message back once: a round trip, the
+// context sent again (cached) to ask for it, and the message itself, billed uncached.
+func (p Prices) readBackRisk(chance float64, tokens, context int) float64 {
+	return chance * (float64(tokens)*p.Uncached + float64(context)*p.Cached)
 }
 
 // bestBatch picks, among candidates sorted by ascending position, the batch that pays best:
 // all candidates from some index on (a batch shares one cache miss, the one from its first
 // change point, so taking every later candidate with it costs nothing more). tail(pos) is the
-// number of tokens currently sent from position pos on. A batch's value is what it saves over
-// the calls to come (see Expected) less its cache miss and, for the calls to come, the
-// expected read-back of its lossy candidates, and extra, a cost the batch brings whatever it
-// holds (counted with its miss); a batch with lossy candidates must exceed those costs by
-// lossyMargin of them. It returns the index the batch starts at (len(cands) when
+// number of tokens currently sent from position pos on. A batch's value is what its
+// candidates save over the calls they hold (see Expected), less its cache miss and the
+// expected read-back of its lossy candidates; a batch with lossy candidates must exceed those
+// costs by lossyMargin of them. It returns the index the batch starts at (len(cands) when
 // nothing pays) and the batch's expected net saving.
-func (p Prices) bestBatch(cands []rewriteCandidate, tail func(pos int) int, calls int, extra float64) (int, float64) {
+func (p Prices) bestBatch(cands []rewriteCandidate, tail func(pos int) int, calls int) (int, float64) {
 	best, bestVal := len(cands), 0.0
-	saved, risk := 0, 0.0
+	saved, gain, risk := 0, 0.0, 0.0
 	remaining := RemainingCalls(calls)
 	for k := len(cands) - 1; k >= 0; k-- {
-		saved += cands[k].save
-		risk += cands[k].risk
+		c := &cands[k]
+		saved += c.save
+		held := remaining
+		if c.held > 0 {
+			held = min(c.held, remaining)
+		}
+		gain += float64(c.save) * held * p.Cached
+		risk += c.risk
 		// After the rewrite, the tail from the first change point is smaller by what the
 		// batch saves.
 		after := max(tail(cands[k].pos)-saved, 0)
-		miss := float64(after)*(p.Uncached-p.Cached) + extra
-		readBack := remaining * risk
-		net := remaining*float64(saved)*p.Cached - miss - readBack
-		if risk > 0 && net < lossyMargin*(miss+readBack) {
+		miss := float64(after) * (p.Uncached - p.Cached)
+		net := gain - miss - risk
+		if risk > 0 && net < lossyMargin*(miss+risk) {
 			continue
 		}
 		if net > bestVal {

@@ -46,28 +46,28 @@ func TestBestBatch(t *testing.T) {
 	cands := []rewriteCandidate{{pos: 10, save: 100}, {pos: 50, save: 3000}, {pos: 90, save: 3000}}
 	tails := map[int]int{10: 40000, 50: 12000, 90: 4000}
 	tail := func(pos int) int { return tails[pos] }
-	from, v := p.bestBatch(cands, tail, 10, 0)
+	from, v := p.bestBatch(cands, tail, 10)
 	// From 90: 10*3000*0.1 - 1000*1.15 = 1850; from 50: 6000 - 6000*1.15 = -900; from 10 worse.
 	if from != 2 || v != 3000-1000*1.15 {
 		t.Fatalf("bestBatch = %d, %v; want 2, %v", from, v, 3000-1000*1.15)
 	}
 	// With many calls to come, the whole batch pays best.
-	if from, _ := p.bestBatch(cands, tail, 30000, 0); from != 0 {
+	if from, _ := p.bestBatch(cands, tail, 30000); from != 0 {
 		t.Fatalf("bestBatch after 30000 calls starts at %d; want 0", from)
 	}
 	// A lossy candidate pays only beyond its expected read-back, by its costs again: from 90
-	// alone, 10*(3000*0.1 - 150) - 1150 = 350 is below 1150 + 1500.
-	lossy := []rewriteCandidate{{pos: 90, save: 3000, risk: 150}}
-	if from, v := p.bestBatch(lossy, tail, 10, 0); from != 1 || v != 0 {
+	// alone, 10*3000*0.1 - 1150 - 1500 = 350 is below 1150 + 1500.
+	lossy := []rewriteCandidate{{pos: 90, save: 3000, risk: 1500}}
+	if from, v := p.bestBatch(lossy, tail, 10); from != 1 || v != 0 {
 		t.Fatalf("lossy batch short of its margin made: %d, %v", from, v)
 	}
-	// With less risk it pays: 10*(300-20) - 1150 = 1650 >= 1150 + 200.
-	lossy[0].risk = 20
-	if from, v := p.bestBatch(lossy, tail, 10, 0); from != 0 || v != 10*(300-20)-1150 {
+	// With less risk it pays: 3000 - 1150 - 200 = 1650 >= 1150 + 200.
+	lossy[0].risk = 200
+	if from, v := p.bestBatch(lossy, tail, 10); from != 0 || v != 3000-1150-200 {
 		t.Fatalf("lossy batch past its margin not made: %d, %v", from, v)
 	}
 	// Nothing pays: none.
-	if from, v := p.bestBatch([]rewriteCandidate{{pos: 1, save: 10}}, func(int) int { return 100000 }, 3, 0); from != 1 || v != 0 {
+	if from, v := p.bestBatch([]rewriteCandidate{{pos: 1, save: 10}}, func(int) int { return 100000 }, 3); from != 1 || v != 0 {
 		t.Fatalf("bestBatch = %d, %v; want none", from, v)
 	}
 }

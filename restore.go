@@ -106,7 +106,7 @@ func (m *Manager) LoadSession(ctx context.Context, id string, system []chat.Mess
 			e.exempt = slices.Contains(cfg.ExemptTools, e.orig.Name)
 			capB := s.ingestCap(e, nil, s.ownTokens)
 			s.ownTokens += stubTokens
-			if capB > 0 && e.size > capB && s.ingestPays(e, capB, s.assistants) {
+			if capB > 0 && e.size > capB {
 				off, err := s.offload(ctx, i, e)
 				if err != nil {
 					return nil, err
@@ -114,7 +114,6 @@ func (m *Manager) LoadSession(ctx context.Context, id string, system []chat.Mess
 				e.off = &off
 				e.view = snippetView(&e.orig, off, capB)
 				e.kind = viewOffloaded
-				s.ingestCapped = true
 			}
 			s.unsettled = append(s.unsettled, len(s.results))
 			s.results = append(s.results, i)
@@ -129,7 +128,6 @@ func (m *Manager) LoadSession(ctx context.Context, id string, system []chat.Mess
 		if e.orig.Role == chat.RoleAssistant {
 			s.assistants++
 		}
-		s.seenTokens += approxTokens(&e.view)
 	}
 	s.start = min(state.Start, len(msgs))
 	s.pinned = -1
@@ -144,7 +142,6 @@ func (m *Manager) LoadSession(ctx context.Context, id string, system []chat.Mess
 			e.view, e.kind = v.View, v.Kind
 			if v.Off != nil {
 				e.off = v.Off
-				s.holdsStored = true
 			}
 		}
 	}

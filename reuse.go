@@ -317,3 +317,45 @@ func (r *reuseState) hazard(i int, a toolAction) (whole, middle float64) {
 	}
 	return w * (float64(c.whole) + reusePriorWeight*c.prior[0]) / n, w * (float64(c.middle) + reusePriorWeight*c.prior[1]) / n
 }
+
+// outlook is what the cost model expects of removing part of an old tool result over the calls
+// to come: chance, the chance that the agent newly uses what was removed within them, and held,
+// the expected number of them before it does (all of them if it never does). The agent reads
+// the part back once, at its first use; from then on it is in front of it again, so the
+// rewrite saves for held calls and costs one read-back with chance chance.
+type outlook struct{ chance, held float64 }
+
+// outlook returns the outlooks of masking (whole) and of an age-out snippet (middle) for old
+// tool result i of action a over the next remaining calls. The hazard h of hazard() holds at
+// the result's current rank; as later results arrive its rank grows, one a call, and the
+// hazard decays with it (rankWeight), so the cumulated hazard after t calls is h*G(t), with
+// G(t) = rank^0.8 * ((rank+t)^0.2 - rank^0.2) / 0.2 (the integral of (rank/(rank+u))^0.8), or
+// h*t for a page of a document read in order. Survival is exp(-h*G(t)): chance is 1 minus its
+// value at remaining, held its integral over [0, remaining], exact for a constant hazard and
+// otherwise by Simpson's rule on segments that double in length ([0,1], [1,2], [2,4], ...),
+// since survival falls fastest at first.
+func (r *reuseState) outlook(i int, a toolAction, remaining float64) (whole, middle outlook) {
+	hw, hm := r.hazard(i, a)
+	k, ok := r.byPos[i]
+	if !ok || r.results[k].kind.key.paged {
+		of := func(h float64) outlook {
+			if h <= 0 {
+				return outlook{held: remaining}
+			}
+			c := 1 - math.Exp(-h*remaining)
+			return outlook{chance: c, held: c / h}
+		}
+		return of(hw), of(hm)
+	}
+	rank := float64(max(r.nres-1-r.results[k].ord, 2))
+	c, r0 := math.Pow(rank, 0.8)/0.2, math.Pow(rank, 0.2)
+	G := func(t float64) float64 { return c * (math.Pow(rank+t, 0.2) - r0) }
+	var heldW, heldM float64
+	for lo, hi := 0.0, min(1, remaining); lo < remaining; lo, hi = hi, min(2*hi, remaining) {
+		g0, g1, g2 := G(lo), G((lo+hi)/2), G(hi)
+		heldW += (hi - lo) / 6 * (math.Exp(-hw*g0) + 4*math.Exp(-hw*g1) + math.Exp(-hw*g2))
+		heldM += (hi - lo) / 6 * (math.Exp(-hm*g0) + 4*math.Exp(-hm*g1) + math.Exp(-hm*g2))
+	}
+	gR := G(remaining)
+	return outlook{chance: 1 - math.Exp(-hw*gR), held: heldW}, outlook{chance: 1 - math.Exp(-hm*gR), held: heldM}
+}

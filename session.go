@@ -115,15 +115,6 @@ type Session struct {
 
 	sup supState // which results later ones show again (supersede.go)
 
-	// seenTokens estimates (bytes/4) the tokens of every message appended so far, and
-	// ingestCapped says whether a result was capped at ingestion: what ingestPays decides the
-	// first cap by, both from the history alone (a restored session caps the same results).
-	seenTokens   int
-	ingestCapped bool
-
-	// holdsStored: some result has been offloaded (its full text is in the store), so a
-	// caller's read-back tool (Config.ReadToolTokens) is declared.
-	holdsStored bool
 }
 
 // ID returns the session id.
@@ -295,13 +286,7 @@ func (s *Session) appendLocked(ctx context.Context, msgs []chat.Message, write b
 			e.exempt = slices.Contains(cfg.ExemptTools, e.orig.Name)
 			capB := s.ingestCap(e, msgs[:i], own)
 			own += stubTokens
-			asst := s.assistants
-			for k := range msgs[:i] {
-				if msgs[k].Role == chat.RoleAssistant {
-					asst++
-				}
-			}
-			if capB > 0 && e.size > capB && s.ingestPays(e, capB, asst) {
+			if capB > 0 && e.size > capB {
 				off, err := s.offload(ctx, base+i, e)
 				if err != nil {
 					return err
@@ -309,10 +294,8 @@ func (s *Session) appendLocked(ctx context.Context, msgs []chat.Message, write b
 				e.off = &off
 				e.view = snippetView(&e.orig, off, capB)
 				e.kind = viewOffloaded
-				s.ingestCapped = true
 			}
 		}
-		s.seenTokens += approxTokens(&e.view)
 	}
 	if write {
 		if err := s.flushLocked(ctx); err != nil {
@@ -412,7 +395,6 @@ func (s *Session) offload(ctx context.Context, index int, e *entry) (store.Offlo
 	if err != nil {
 		return off, s.m.storeErr("offload", err)
 	}
-	s.holdsStored = true
 	return off, nil
 }
 
@@ -491,28 +473,6 @@ func (s *Session) setView(i int, v chat.Message, kind viewKind) {
 	}
 	e.view, e.tokens, e.kind = v, t, kind
 	s.epoch++
-}
-
-// ingestPays reports whether capping tool result e at capB bytes at ingestion pays, after
-// assistants calls. A cap changes nothing already sent; but when the caller declares a
-// read-back tool once content is stored (Config.ReadToolTokens), the session's first cap
-// brings that declaration: a miss of the whole request and the tool's tokens on every later
-// call. The first cap is then made only when what it saves, sent uncached once and cached on
-// the calls to come, covers that, or when the result would take a quarter of the window.
-// It reads the history alone (estimates at bytes/4), so a restored session caps the same
-// results.
-func (s *Session) ingestPays(e *entry, capB, assistants int) bool {
-	cfg := &s.m.cfg
-	if cfg.ReadToolTokens <= 0 || s.ingestCapped {
-		return true
-	}
-	saved := (e.size - capB) / 4
-	if saved > s.window().Window/4 {
-		return true
-	}
-	p, rem := cfg.Prices, RemainingCalls(assistants)
-	whole := s.sysTokens + s.toolTokens + s.seenTokens
-	return float64(saved)*(p.Uncached+p.Cached*rem) >= float64(whole)*(p.Uncached-p.Cached)+float64(cfg.ReadToolTokens)*p.Cached*rem
 }
 
 // approxTokens estimates a message's tokens at 4 bytes each, its text and its calls' arguments.

@@ -210,14 +210,15 @@ func (s *Session) ageCandidates(cands []rewriteCandidate) []rewriteCandidate {
 func (s *Session) ageOption(i int, e *entry, r int) (rewriteCandidate, bool) {
 	cfg := &s.m.cfg
 	p := cfg.Prices
-	whole, middle := s.sup.reuse.hazard(i, s.sup.actions[i])
+	whole, middle := s.sup.reuse.outlook(i, s.sup.actions[i], RemainingCalls(s.assistants))
+	ctxTokens := s.sysTokens + s.toolTokens + s.histTokens
 	orig := origTokens(e)
 	best, bestVal := rewriteCandidate{}, 0.0
 	if e.size > cfg.OldToolResultCap && (e.kind == viewOriginal || e.kind == viewOffloaded) {
 		keep := e.tokens * s.ageCap(i) / max(1, textBytes(&e.view))
 		if save := e.tokens - keep; save > 0 {
-			c := rewriteCandidate{pos: i, save: save, risk: p.readBackRisk(middle, orig), kind: viewRetruncated}
-			if v := float64(c.save)*p.Cached - c.risk; v > bestVal {
+			c := rewriteCandidate{pos: i, save: save, held: middle.held, risk: p.readBackRisk(middle.chance, orig, ctxTokens), kind: viewRetruncated}
+			if v := float64(c.save)*p.Cached*c.held - c.risk; v > bestVal {
 				best, bestVal = c, v
 			}
 		}
@@ -225,12 +226,12 @@ func (s *Session) ageOption(i int, e *entry, r int) (rewriteCandidate, bool) {
 	if cfg.CostMaskKeep > 0 && r >= cfg.CostMaskKeep && (e.kind == viewOriginal || e.kind == viewOffloaded || e.kind == viewRetruncated) {
 		const stubTokens = 60
 		if save := e.tokens - stubTokens; save >= stubTokens {
-			h := whole
+			chance := whole.chance
 			if e.kind == viewRetruncated {
-				h = max(0, whole-middle) // the snippet's own risk is taken already
+				chance = max(0, whole.chance-middle.chance) // the snippet's own risk is taken already
 			}
-			c := rewriteCandidate{pos: i, save: save, risk: p.readBackRisk(h, orig), kind: viewMasked}
-			if v := float64(c.save)*p.Cached - c.risk; v > bestVal {
+			c := rewriteCandidate{pos: i, save: save, held: whole.held, risk: p.readBackRisk(chance, orig, ctxTokens), kind: viewMasked}
+			if v := float64(c.save)*p.Cached*c.held - c.risk; v > bestVal {
 				best, bestVal = c, v
 			}
 		}
@@ -334,9 +335,10 @@ func (s *Session) supersedeCandidates() []rewriteCandidate {
 		if gone := s.sup.changed[j]; gone > 0 {
 			// What the later copy no longer shows may be needed: priced as a stub's loss of
 			// that share of the result.
-			whole, _ := s.sup.reuse.hazard(j, s.sup.actions[j])
-			c.risk = gone * s.m.cfg.Prices.readBackRisk(whole, origTokens(e))
-			if float64(save)*s.m.cfg.Prices.Cached <= c.risk {
+			rem := RemainingCalls(s.assistants)
+			whole, _ := s.sup.reuse.outlook(j, s.sup.actions[j], rem)
+			c.risk = gone * s.m.cfg.Prices.readBackRisk(whole.chance, origTokens(e), s.sysTokens+s.toolTokens+s.histTokens)
+			if float64(save)*s.m.cfg.Prices.Cached*rem <= c.risk {
 				continue
 			}
 		}
@@ -390,18 +392,7 @@ func (s *Session) applyBatch(ctx context.Context, cands []rewriteCandidate, rep 
 		}
 	}
 	tail := func(pos int) int { return tails[pos] }
-	extra := 0.0
-	if cfg.ReadToolTokens > 0 && !s.holdsStored && s.start == 0 {
-		// The batch stores the session's first content: the caller then declares its read
-		// tool, and the whole request misses the cache once; the tool is sent on every call.
-		whole := s.sysTokens + s.toolTokens
-		for i := s.start; i < sentEnd; i++ {
-			whole += s.entries[i].tokens + due[i]
-		}
-		tail = func(int) int { return whole }
-		extra = float64(cfg.ReadToolTokens) * cfg.Prices.Cached * RemainingCalls(s.assistants)
-	}
-	from, expected := cfg.Prices.bestBatch(cands, tail, s.assistants, extra)
+	from, expected := cfg.Prices.bestBatch(cands, tail, s.assistants)
 	if from == len(cands) {
 		return nil
 	}

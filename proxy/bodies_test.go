@@ -278,7 +278,7 @@ func testReusedBodies(t *testing.T, cacheBytes int) {
 		_, _ = io.WriteString(w, `{"id":"c","object":"chat.completion","created":1,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":1,"total_tokens":11}}`)
 	}))
 	defer up.Close()
-	srv, err := New(Config{UpstreamOpenAI: up.URL, Store: store.NewMemory(), Window: 200000, DecodeCacheBytes: cacheBytes, Tune: noCostMask, Logger: quietLogger()})
+	srv, err := New(Config{UpstreamOpenAI: up.URL, Store: store.NewMemory(), Window: 200000, DecodeCacheBytes: cacheBytes, Tune: noCostMask, DisableReadTool: true, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,7 +46,7 @@ func (e *env) cutThroughCount(result string) int {
 func TestCutThroughForwardsWhileReading(t *testing.T) {
 	for _, f := range []Format{FormatOpenAI, FormatAnthropic, FormatResponses} {
 		t.Run(string(f), func(t *testing.T) {
-			e := newEnv(t, fakeupstream.Options{KeepBodies: true}, Config{Tune: noCostMask})
+			e := newEnv(t, fakeupstream.Options{KeepBodies: true}, Config{Tune: noCostMask, DisableReadTool: true})
 			next := bodyMaker(newBenchConversation(20000), f)
 			var sent [][]byte
 			for i := range 6 {
@@ -134,7 +134,7 @@ func TestCutThroughStreamsAndAborts(t *testing.T) {
 		}
 		noCostMask(c)
 	}
-	srv, err := New(Config{UpstreamOpenAI: up.URL, Store: store.NewMemory(), Window: window, Tune: tune, Logger: quietLogger()})
+	srv, err := New(Config{UpstreamOpenAI: up.URL, Store: store.NewMemory(), Window: window, Tune: tune, DisableReadTool: true, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +233,7 @@ func startCutEnv(t *testing.T, h http.Handler) (string, *Server) {
 	t.Helper()
 	up := httptest.NewServer(h)
 	t.Cleanup(up.Close)
-	srv, err := New(Config{UpstreamOpenAI: up.URL, Store: store.NewMemory(), Window: 200000, Tune: noCostMask, Logger: quietLogger()})
+	srv, err := New(Config{UpstreamOpenAI: up.URL, Store: store.NewMemory(), Window: 200000, Tune: noCostMask, DisableReadTool: true, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

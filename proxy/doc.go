@@ -113,10 +113,11 @@
 //
 // Large tool results are offloaded to the Store and old messages archived when they are
 // summarized; the summary and the offload notes name where they are. The agent reads them back
-// through a tool the proxy adds and answers itself: once a session has stored content (an
-// evicted, offloaded, masked or truncated message), a ctxmgr_read tool {"ref": string,
-// "from_line": int, "lines": int} is added to the forwarded tools (counted in the budget like
-// any tool). ref is a location from a note ("Full text: LOCATION") or the summary, or
+// through a tool the proxy adds and answers itself: in a conversation whose client declares
+// tools of its own, a ctxmgr_read tool {"ref": string, "from_line": int, "lines": int} is
+// appended to the forwarded tools from the first request managed (counted in the budget like
+// any tool), and the tool list never changes later in the conversation; a conversation without
+// tools never gets it. ref is a ref from a note ("Full text: tool_result/ID") or
 // "messages A-B" for archived messages (rendered one message after the other as text lines).
 // When the upstream's answer calls only ctxmgr_read, the proxy reads the Store (ReadOffload,
 // ReadArchive), sends a follow-up request with the results (cut to what the window leaves)

@@ -47,7 +47,7 @@ func TestStoreWriteOverlapsUpstream(t *testing.T) {
 		_, _ = io.WriteString(w, `{"id":"x","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"a.go and b.go"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":3}}`)
 	}))
 	defer up.Close()
-	srv, err := New(Config{UpstreamOpenAI: up.URL, Store: gs, Logger: quietLogger()})
+	srv, err := New(Config{UpstreamOpenAI: up.URL, Store: gs, DisableReadTool: true, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -608,14 +608,28 @@ func TestReadTool(t *testing.T) {
 		}
 	}
 	checkRecords(t, e.fake.Records(), 200000)
-	// A session without stored content is not offered the tool.
-	a := newOpenAIAgent(e.px.URL, bigOutput(100), ooption.WithHeader(SessionHeader, "read-none"))
-	if _, err := a.turn(ctx, "small", false); err != nil {
-		t.Fatal(err)
+	// An agent (its client declares tools) is offered the tool from its first request on,
+	// stored content or not, so the tool list never changes within a conversation.
+	a := newOpenAIAgent(e.px.URL, bigOutput(100), ooption.WithHeader(SessionHeader, "read-first"))
+	n := len(e.fake.Records())
+	for _, q := range []string{"small", "again"} {
+		if _, err := a.turn(ctx, q, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range e.fake.Records()[n:] {
+		if !contains(r.Tools, readToolName) {
+			t.Fatalf("ctxmgr_read not offered from the first request: %v", r.Tools)
+		}
+	}
+	// A conversation without tools is never offered it.
+	body := `{"model":"gpt-4o","messages":[{"role":"user","content":"` + strings.Repeat("hello there ", 3000) + `"}]}`
+	if status, _, answer := postRaw(t, e.px.URL, "/v1/chat/completions", body); status != 200 {
+		t.Fatalf("%d %s", status, answer)
 	}
 	recs := e.fake.Records()
-	if contains(recs[len(recs)-1].Tools, readToolName) {
-		t.Fatalf("ctxmgr_read offered with nothing stored")
+	if len(recs[len(recs)-1].Tools) != 0 {
+		t.Fatalf("a conversation without tools was offered %v", recs[len(recs)-1].Tools)
 	}
 }
 

@@ -3,6 +3,7 @@ package proxy
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -384,7 +385,7 @@ func TestUnchangedForwardedVerbatim(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(strings.TrimPrefix(c.path, "/v1/"), func(t *testing.T) {
-			e := newEnv(t, fakeupstream.Options{KeepBodies: true}, Config{})
+			e := newEnv(t, fakeupstream.Options{KeepBodies: true}, Config{DisableReadTool: true})
 			for n := 1; n <= 4; n++ {
 				body := c.turns(n)
 				if status, _, answer := postRaw(t, e.px.URL, c.path, body); status != 200 {
@@ -397,6 +398,34 @@ func TestUnchangedForwardedVerbatim(t *testing.T) {
 			}
 			if got := counterSum(e.srv.metrics.verbatim); got != 4 {
 				t.Fatalf("ctxmgr_verbatim_requests_total = %v, want 4", got)
+			}
+		})
+		// With the read tool (the default), every request of the conversation, from the
+		// first, is the client's with ctxmgr_read appended to its tools, and nothing else
+		// changed: the tool list is the same for the whole conversation.
+		t.Run(strings.TrimPrefix(c.path, "/v1/")+"/read-tool", func(t *testing.T) {
+			e := newEnv(t, fakeupstream.Options{KeepBodies: true}, Config{})
+			for n := 1; n <= 4; n++ {
+				body := c.turns(n)
+				if status, _, answer := postRaw(t, e.px.URL, c.path, body); status != 200 {
+					t.Fatalf("request %d: %d %s", n, status, answer)
+				}
+				recs := e.fake.Records()
+				var sent, got map[string]any
+				if err := json.Unmarshal([]byte(body), &sent); err != nil {
+					t.Fatal(err)
+				}
+				if err := json.Unmarshal(recs[len(recs)-1].Body, &got); err != nil {
+					t.Fatal(err)
+				}
+				tools, _ := got["tools"].([]any)
+				if len(tools) != 2 || !strings.Contains(fmt.Sprint(tools[1]), readToolName) {
+					t.Fatalf("request %d: tools %v, want the client's and %s", n, tools, readToolName)
+				}
+				got["tools"] = tools[:1]
+				if !reflect.DeepEqual(sent, got) {
+					t.Fatalf("request %d changed beyond the read tool:\nsent %s\ngot  %s", n, body, recs[len(recs)-1].Body)
+				}
 			}
 		})
 	}

@@ -111,11 +111,6 @@ func (s *Server) manager(f Format, model string, window, maxOutput int) (*manage
 		cfg.Summarizer = s.cfg.Summarizer
 	}
 	cfg.OnEvent = s.metrics.onEvent
-	if !s.cfg.DisableReadTool {
-		// ctxmgr_read is declared once the session stores content (syncReadTool): the cost
-		// model prices that.
-		cfg.ReadToolTokens = cfg.Counter.Tools([]chat.Tool{readtool.Tool})
-	}
 	if s.cfg.Tune != nil {
 		s.cfg.Tune(&cfg)
 	}
@@ -392,18 +387,20 @@ func (s *Server) snapshotConfig(ctx context.Context, id string, m *managed, key 
 	}
 }
 
-// syncReadTool adds the ctxmgr_read tool to the session's tools once it has stored content.
+// syncReadTool declares the ctxmgr_read tool in the session's tools when its client declares
+// tools of its own (readtool.Declared): from the first request managed, so the tool list
+// never changes in the middle of a conversation.
 func (s *Server) syncReadTool(ps *psession, system []chat.Message, tools []chat.Tool) error {
 	return s.offerReadTool(ps, system, tools, false)
 }
 
-// offerReadTool is syncReadTool; with always, the tool is offered even if the session has
-// nothing stored to read (its request reads another session's archive: readFrom).
+// offerReadTool is syncReadTool; with always, the tool is offered even to a conversation
+// without tools (its request reads another session's archive: readFrom).
 func (s *Server) offerReadTool(ps *psession, system []chat.Message, tools []chat.Tool, always bool) error {
 	if s.cfg.DisableReadTool || ps.readTool {
 		return nil
 	}
-	if !always && !readtool.Needed(ps.sess.Stats()) {
+	if !always && !readtool.Declared(tools) {
 		return nil
 	}
 	if err := ps.sess.SetSystem(system, withReadTool(tools)); err != nil {

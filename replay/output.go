@@ -131,7 +131,8 @@ func (r *Result) writeSets(ew io.Writer) {
 // legend explains the columns in a few short lines.
 func (r *Result) legend() string {
 	return fmt.Sprintf(`paid      what the agent pays: cost plus reading back what the requests no longer showed
-          (read back, billed uncached); vs raw: paid / raw's (raw never reads back)
+          (a round trip at the cached price, and read back, billed uncached); vs raw:
+          paid / raw's (raw never reads back)
 cost      input, cached input and output tokens priced per million (%s: uncached %g,
           cached %g, output %g), summary calls included; vs raw: cost / raw's cost
 recall    share of the identifiers, paths and numbers a call's history refers to that

@@ -227,8 +227,9 @@ type RecordedUsage struct {
 type Totals struct {
 	Name string `json:"name"`
 	// CostWithReadBack is the headline: Cost plus what reading back the terms the requests
-	// no longer showed costs (ReadBackTokens billed uncached), what an agent pays for what
-	// it forgot. CostWithReadBackVsRaw is it over raw's (0 without raw; raw never reads back).
+	// no longer showed costs, what an agent pays for what it forgot: one round trip per call
+	// that misses any (ReadBackCalls: the call's input sent again, cached, to ask for them)
+	// and what it reads (ReadBackTokens, billed uncached). CostWithReadBackVsRaw is it over raw's (0 without raw; raw never reads back).
 	CostWithReadBack      float64 `json:"cost_with_read_back"`
 	CostWithReadBackVsRaw float64 `json:"cost_with_read_back_vs_raw"`
 	// InputTokens sums the measured input tokens of every prepared request; CachedTokens the
@@ -259,6 +260,8 @@ type Totals struct {
 	RecoverableRecall float64 `json:"recoverable_recall"`
 	RecoverableTerms  int64   `json:"recoverable_terms"`
 	ReadBackTokens    int64   `json:"read_back_tokens"`
+	ReadBackCalls     int     `json:"read_back_calls"`
+	readBackContext   int64   // the input tokens of the calls that read back
 	// Compactions counts summaries made.
 	Compactions int `json:"compactions"`
 	// PrepareP50US and PrepareP99US are percentiles of the time one Prepare took, in µs.
@@ -321,8 +324,8 @@ type trajData struct {
 	toks   []int // their tokens
 	base   map[fp]int
 	prefix int // tokens of the system prompt and the tool definitions
-	// prefixRead is prefix with the ctxmgr_read tool declared, as the proxy sends a managed
-	// request once the session holds content to read back.
+	// prefixRead is prefix with the ctxmgr_read tool declared, as the proxy sends every
+	// managed request of a conversation with tools.
 	prefixRead int
 	once       int64 // tokens of sending every message once (see Floor)
 	refs       [][]refTerm
@@ -550,6 +553,10 @@ func (tt totals) add(runs []Replay) {
 			t.RecalledTerms += int64(c.Recalled)
 			t.RecoverableTerms += int64(c.Recoverable)
 			t.ReadBackTokens += int64(c.ReadBack)
+			if c.ReadBack > 0 {
+				t.ReadBackCalls++
+				t.readBackContext += int64(c.Input)
+			}
 			t.durations = append(t.durations, c.Prepare)
 			if c.Overflow {
 				t.Overflows++
@@ -586,7 +593,7 @@ func (tt totals) finish(opts Options, prof Profile) []Totals {
 			t.Recall = float64(t.RecalledTerms) / float64(t.ReferenceTerms)
 			t.RecoverableRecall = float64(t.RecalledTerms+t.RecoverableTerms) / float64(t.ReferenceTerms)
 		}
-		t.CostWithReadBack = t.Cost + float64(t.ReadBackTokens)*prof.Uncached/1e6
+		t.CostWithReadBack = t.Cost + (float64(t.ReadBackTokens)*prof.Uncached+float64(t.readBackContext)*prof.Cached)/1e6
 		if t.InputTokens > 0 {
 			t.CacheHitRate = float64(t.CachedTokens) / float64(t.InputTokens)
 		}
@@ -633,10 +640,10 @@ func (r *runner) replay(ctx context.Context, d *trajData, strategy string) (Repl
 		st  *store.Memory
 		lc  *lostCheck
 		err error
-		// readTool: the session declares ctxmgr_read, as the proxy does from the first
-		// request after the session stored content to read back.
-		readTool bool
 	)
+	// readTool: the request declares ctxmgr_read, as the proxy does in every request it
+	// manages of a conversation with tools.
+	readTool := strategy != StrategyRaw && readtool.Declared(t.Tools)
 	if strategy != StrategyRaw {
 		m, s, st, err = r.manager(strategy, t)
 		if err != nil {
@@ -661,12 +668,6 @@ func (r *runner) replay(ctx context.Context, d *trajData, strategy string) (Repl
 			} else {
 				start := time.Now()
 				p, err := s.Prepare(ctx)
-				if err == nil && !readTool && readtool.Needed(s.Stats()) {
-					if err = s.SetSystem(t.System, readtool.With(t.Tools)); err == nil {
-						readTool = true
-						p, err = s.Prepare(ctx)
-					}
-				}
 				c.Prepare = time.Since(start)
 				if err != nil {
 					if ctx.Err() != nil {
@@ -761,9 +762,6 @@ func (r *runner) manager(strategy string, t *Trajectory) (*ctxmgr.Manager, *ctxm
 		// Rewrites are decided under the prices the replay bills (--profile).
 		cfg.Prices = ctxmgr.Prices{Uncached: prof.Uncached, Cached: prof.Cached}
 	}
-	// The proxy declares ctxmgr_read once the session stores content: the cost model prices
-	// that declaration.
-	cfg.ReadToolTokens = r.opts.Counter.Tools(readtool.With(t.Tools)) - r.opts.Counter.Tools(t.Tools)
 	st := store.NewMemory()
 	cfg.Store = st
 	cfg.Logger = slog.New(slog.DiscardHandler)
@@ -772,7 +770,12 @@ func (r *runner) manager(strategy string, t *Trajectory) (*ctxmgr.Manager, *ctxm
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	s, err := m.NewSession("replay", t.System, t.Tools)
+	tools := t.Tools
+	if readtool.Declared(tools) {
+		// The proxy declares ctxmgr_read from a tool-using conversation's first request.
+		tools = readtool.With(tools)
+	}
+	s, err := m.NewSession("replay", t.System, tools)
 	if err != nil {
 		m.Close()
 		return nil, nil, nil, err

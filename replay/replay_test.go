@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -491,5 +492,23 @@ func TestFloor(t *testing.T) {
 	}
 	if !regexp.MustCompile(fmt.Sprintf(`(?m)^ *floor +%.3f `, res.Floor.Cost)).MatchString(text.String()) {
 		t.Errorf("no floor row in the text:\n%s", text.String())
+	}
+}
+
+// What the agent pays for what it forgot: for each call that reads back, one round trip (the
+// call's input again, cached) and the tokens read, uncached; a call that misses nothing it
+// could read back adds nothing.
+func TestPaidCountsTheReadBackRoundTrip(t *testing.T) {
+	tt := make(totals, 1)
+	tt.add([]Replay{{Calls: []Call{
+		{Input: 10000, Cached: 9000},
+		{Input: 20000, Cached: 19000, Recoverable: 2, ReadBack: 3000},
+	}}})
+	got := tt.finish(Options{}, ProfileAnthropic)[0]
+	p := ProfileAnthropic
+	cost := (30000-28000)*p.Uncached/1e6 + 28000*p.Cached/1e6
+	want := cost + (3000*p.Uncached+20000*p.Cached)/1e6
+	if math.Abs(got.Cost-cost) > 1e-12 || math.Abs(got.CostWithReadBack-want) > 1e-12 || got.ReadBackCalls != 1 {
+		t.Fatalf("cost %v, paid %v, read-back calls %d; want %v, %v, 1", got.Cost, got.CostWithReadBack, got.ReadBackCalls, cost, want)
 	}
 }

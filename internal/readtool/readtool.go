@@ -6,7 +6,6 @@ package readtool
 import (
 	"encoding/json"
 
-	ctxmgr "github.com/ctxmgr/ctxmgr"
 	"github.com/ctxmgr/ctxmgr/chat"
 )
 
@@ -15,12 +14,9 @@ const Name = "ctxmgr_read"
 
 // Tool is the tool's definition: {"ref": string, "from_line": int, "lines": int}.
 var Tool = chat.Tool{
-	Name: Name,
-	Description: "Read back text moved out of this conversation: ref is tool_result/ID from a [ctxmgr: ...] " +
-		"note, or \"messages A-B\" from the summary. Returns the lines and says how to go on.",
-	Parameters: json.RawMessage(`{"type":"object","properties":{"ref":{"type":"string"},` +
-		`"from_line":{"type":"integer","description":"default 1"},"lines":{"type":"integer","description":"default 200"}},` +
-		`"required":["ref"]}`),
+	Name:        Name,
+	Description: "Read text moved out of this conversation: ref is a tool_result/ID or messages A-B that a [ctxmgr] note names.",
+	Parameters:  json.RawMessage(`{"type":"object","properties":{"ref":{"type":"string"},"from_line":{"type":"integer"},"lines":{"type":"integer"}},"required":["ref"]}`),
 }
 
 // With returns tools with the read tool appended (a new slice).
@@ -30,9 +26,16 @@ func With(tools []chat.Tool) []chat.Tool {
 	return append(out, Tool)
 }
 
-// Needed reports whether a session has content the model can only read back through the tool:
-// evicted (archived) messages or offloaded, masked or truncated results. The proxy declares
-// the tool from then on.
-func Needed(st ctxmgr.Stats) bool {
-	return st.Evicted > 0 || len(st.Offloads) > 0 || st.Masked > 0 || st.Truncated > 0
+// Declared reports whether a conversation whose client declares tools gets the read tool: when
+// the client declares tools of its own (an agent, whose tool results context management may
+// move out), the tool is declared from the first request managed, and never added or removed
+// later, so the tool list, the head of every cached prefix, stays the same for the whole
+// conversation; a conversation without tools never gets it.
+func Declared(tools []chat.Tool) bool {
+	for _, t := range tools {
+		if t.Name != Name {
+			return true
+		}
+	}
+	return false
 }
