@@ -85,6 +85,8 @@ type Stats struct {
 	Offloaded  int `json:"offloaded"`
 	Truncated  int `json:"truncated"`
 	Superseded int `json:"superseded"`
+	// ReadBacks counts the stored results the model read back (Session.NoteReadBack).
+	ReadBacks int `json:"read_backs,omitempty"`
 	// Regions are the tokens per region of the next request as the history stands (before
 	// the next Prepare runs); Input their sum.
 	Regions budget.Regions `json:"regions"`
@@ -110,7 +112,7 @@ func (s *Session) Stats() Stats {
 	defer s.mu.Unlock()
 	p := s.plan()
 	st := Stats{Session: s.id, Messages: map[chat.Role]int{}, Total: len(s.entries), Evicted: s.start,
-		Regions: s.regions(), Input: p.Input, Window: p.Window, MaxOutput: p.MaxOutput}
+		ReadBacks: len(s.readBacks), Regions: s.regions(), Input: p.Input, Window: p.Window, MaxOutput: p.MaxOutput}
 	st.UsePercent = float64(p.Input) * 100 / float64(max(1, p.Window))
 	for i := s.start; i < len(s.entries); i++ {
 		e := &s.entries[i]

@@ -23,6 +23,8 @@ type sessionState struct {
 	// WindowLimit is the smaller window Recover settled on after provider overflows.
 	WindowLimit int         `json:"window_limit,omitempty"`
 	Views       []viewState `json:"views,omitempty"`
+	// ReadBacks are the stored results the model read back (Session.NoteReadBack).
+	ReadBacks []readBack `json:"read_backs,omitempty"`
 }
 
 type viewState struct {
@@ -32,16 +34,16 @@ type viewState struct {
 	Off   *store.Offloaded `json:"off,omitempty"`
 }
 
-// persistState writes the compaction state when something already sent changed since the last
-// write. Called with the lock held, before the new request is returned.
+// persistState writes the compaction state when something already sent changed, or the model
+// read something back, since the last write. Called with the lock held, before the new request is returned.
 func (s *Session) persistState(ctx context.Context) error {
-	if s.epoch == s.savedEpoch {
+	if s.epoch == s.savedEpoch && len(s.readBacks) == s.savedReads {
 		return nil
 	}
 	if err := s.flushLocked(ctx); err != nil { // the state covers every entry: they go first
 		return err
 	}
-	st := sessionState{Format: 1, Len: len(s.entries), Start: s.start, Pinned: s.pinned, Archives: s.archives, WindowLimit: s.windowLimit}
+	st := sessionState{Format: 1, Len: len(s.entries), Start: s.start, Pinned: s.pinned, Archives: s.archives, WindowLimit: s.windowLimit, ReadBacks: s.readBacks}
 	for i := s.start; i < len(s.entries); i++ {
 		e := &s.entries[i]
 		switch e.kind {
@@ -56,7 +58,7 @@ func (s *Session) persistState(ctx context.Context) error {
 	if err := s.m.cfg.Store.PutState(ctx, s.id, b); err != nil {
 		return s.m.storeErr("put state", err)
 	}
-	s.savedEpoch = s.epoch
+	s.savedEpoch, s.savedReads = s.epoch, len(s.readBacks)
 	return nil
 }
 
@@ -135,6 +137,7 @@ func (m *Manager) LoadSession(ctx context.Context, id string, system []chat.Mess
 		s.pinned = state.Pinned
 	}
 	s.archives = mergeRanges(state.Archives)
+	s.readBacks, s.savedReads = state.ReadBacks, len(state.ReadBacks)
 	s.windowLimit = state.WindowLimit
 	for _, v := range state.Views {
 		if v.Index >= s.start && v.Index < len(s.entries) {

@@ -1,6 +1,11 @@
 package ctxmgr
 
-import "math"
+import (
+	"math"
+	"strings"
+
+	"github.com/ctxmgr/ctxmgr/store"
+)
 
 // Reuse: how often this session's agent looks back at old tool results.
 //
@@ -222,7 +227,7 @@ func splitKeep(s string) []string {
 // While the agent is paging through documents (reading is true: the message's calls all read
 // a page, see supState.paged), pages of documents gain no exposure: an agent gathering pages has no reason to use
 // them yet, so its silence says nothing about whether it will.
-func (r *reuseState) onAssistant(newTerms []string, recent int, reading bool) {
+func (r *reuseState) onAssistant(newTerms []string, readBack []int, recent int, reading bool) {
 	if r.kinds == nil {
 		return
 	}
@@ -255,6 +260,22 @@ func (r *reuseState) onAssistant(newTerms []string, recent int, reading bool) {
 		}
 		c.exposure += rankWeight(c.key, reuseFar) * (float64(c.far[0]) + reuseUsed*float64(c.far[1]))
 	}
+	for _, i := range readBack {
+		k, ok := r.byPos[i]
+		if !ok || r.results[k].ord > limit {
+			continue
+		}
+		res := &r.results[k]
+		if res.seen != r.stamp {
+			res.seen = r.stamp
+			res.kind.whole++
+			r.markUsed(res, far)
+		}
+		if res.mid != r.stamp {
+			res.mid = r.stamp
+			res.kind.middle++
+		}
+	}
 	for _, t := range newTerms {
 		for _, p := range r.index[termHash(t)] {
 			if p.ord > limit {
@@ -264,13 +285,7 @@ func (r *reuseState) onAssistant(newTerms []string, recent int, reading bool) {
 			if res.seen != r.stamp {
 				res.seen = r.stamp
 				res.kind.whole++
-				if !res.used {
-					res.used = true
-					if res.ord <= far {
-						res.kind.far[0]--
-						res.kind.far[1]++
-					}
-				}
+				r.markUsed(res, far)
 			}
 			if p.middle && res.mid != r.stamp {
 				res.mid = r.stamp
@@ -278,6 +293,45 @@ func (r *reuseState) onAssistant(newTerms []string, recent int, reading bool) {
 			}
 		}
 	}
+}
+
+// markUsed marks res as used once (far: the ordinals up to which results are in their kind's
+// far group).
+func (r *reuseState) markUsed(res *reuseResult, far int32) {
+	if res.used {
+		return
+	}
+	res.used = true
+	if res.ord <= far {
+		res.kind.far[0]--
+		res.kind.far[1]++
+	}
+}
+
+// NoteReadBack records that the model read back the stored tool result that key names (an
+// Offloaded's Key or its Ref), for the cost model's learning of whether this session's agent
+// looks back (reuse.go): a read-back is a use of that result, counted with the assistant
+// message of the call that made it, as if that message had named a term of it. It reports
+// whether key names a stored result of the session. The note is written to the Store with the
+// session's state by the next Prepare, so a session restored from the Store learns the same.
+func (s *Session) NoteReadBack(key string) bool {
+	key = strings.TrimPrefix(key, store.RefPrefix)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := len(s.entries) - 1; i >= 0; i-- {
+		if off := s.entries[i].off; off != nil && off.Key == key {
+			s.readBacks = append(s.readBacks, readBack{Call: s.assistants, Pos: i})
+			return true
+		}
+	}
+	return false
+}
+
+// readBack is one NoteReadBack: the result at history position Pos, read back by the call made
+// after Call assistant messages.
+type readBack struct {
+	Call int `json:"call"`
+	Pos  int `json:"pos"`
 }
 
 func b2i(b bool) int {

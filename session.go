@@ -114,7 +114,10 @@ type Session struct {
 	broken error
 
 	sup supState // which results later ones show again (supersede.go)
-
+	// readBacks are the stored results the model read back, in call order (NoteReadBack);
+	// the state last written to the store holds readBacks[:savedReads].
+	readBacks  []readBack
+	savedReads int
 }
 
 // ID returns the session id.

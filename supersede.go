@@ -23,6 +23,9 @@ import (
 // supState is what superseding knows of a session, built incrementally from its entries.
 type supState struct {
 	scanned  int                   // entries[:scanned] are classified
+	asst     int                   // assistant messages among them
+	reads    int                   // Session.readBacks[:reads] are counted
+	readPos  []int                 // scratch: the positions read back at one call
 	calls    map[string]toolAction // actions of calls whose results have not come yet
 	actions  map[int]toolAction    // tool result position -> what it shows
 	byKey    map[string][]int      // key -> positions of results no later one covers yet
@@ -61,7 +64,12 @@ func (st *supState) scan(s *Session) {
 			for _, tc := range m.ToolCalls {
 				reading = reading && st.paged(classify(tc, extra))
 			}
-			st.reuse.onAssistant(st.newTerms, s.m.cfg.RecentToolResults, reading)
+			st.readPos = st.readPos[:0]
+			for ; st.reads < len(s.readBacks) && s.readBacks[st.reads].Call <= st.asst; st.reads++ {
+				st.readPos = append(st.readPos, s.readBacks[st.reads].Pos)
+			}
+			st.asst++
+			st.reuse.onAssistant(st.newTerms, st.readPos, s.m.cfg.RecentToolResults, reading)
 		}
 		for _, tc := range m.ToolCalls {
 			a := classify(tc, extra)

@@ -607,6 +607,18 @@ func TestReadTool(t *testing.T) {
 			}
 		}
 	}
+	// Each read-back was noted for the cost model's learning.
+	for _, id := range []string{"read-oa-false", "read-an-true"} {
+		e.srv.sessMu.Lock()
+		ps := e.srv.sessions[id]
+		e.srv.sessMu.Unlock()
+		if ps == nil {
+			t.Fatalf("no session %s", id)
+		}
+		if n := ps.sess.Stats().ReadBacks; n != 1 {
+			t.Fatalf("session %s: %d read-backs noted, want 1", id, n)
+		}
+	}
 	checkRecords(t, e.fake.Records(), 200000)
 	// An agent (its client declares tools) is offered the tool from its first request on,
 	// stored content or not, so the tool list never changes within a conversation.

@@ -74,6 +74,9 @@ func (s *Server) answerRead(ctx context.Context, id string, also []string, mgr *
 		if ref == off.Ref() || ref == off.Key || ref == loc || strings.Contains(ref, off.Ref()) {
 			key := off.Key
 			fetch = func(from, n int) (string, int, error) { return st0.ReadOffload(ctx, id, key, from, n) }
+			// A read-back is a use of that result: the cost model learns from it whether
+			// this agent looks back.
+			sess.NoteReadBack(key)
 			break
 		}
 	}
