@@ -13,8 +13,9 @@ import (
 // Reading what a provider answers. Requests are read and written losslessly (Decode,
 // Encode); of a response, ctxmgr needs only what it says: the assistant's text and tool
 // calls, why it stopped, and what it billed. DecodeResponse reads that from a complete
-// (non-streamed) body of any of the three formats, and DecodeUsage the usage object alone, as
-// streamed events carry it. They are the one reading of responses for the summarizer and
+// (non-streamed) body of any of the formats, and DecodeUsage the usage object alone, as
+// streamed events carry it. DecodeAnswer reads the answer whole instead, as the history holds
+// it, for callers that keep their own history. They are the one reading of responses for the summarizer and
 // the proxy.
 
 // ErrMalformedResponse is wrapped by the error of a body that is not a response of its format

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"encoding/json"
 	"errors"
 	"reflect"
 	"testing"
@@ -58,6 +59,9 @@ func TestDecodeResponse(t *testing.T) {
 			t.Errorf("%s: %v", c.name, err)
 			continue
 		}
+		if msgs, err := DecodeAnswer(c.f, []byte(c.body)); err != nil || len(msgs) == 0 && len(c.want.ToolCalls)+len(c.want.Text)+len(c.want.Refusal) > 0 {
+			t.Errorf("%s: answer %v, %v", c.name, msgs, err)
+		}
 		if !reflect.DeepEqual(*got, c.want) {
 			t.Errorf("%s:\n got %+v\nwant %+v", c.name, *got, c.want)
 		}
@@ -88,5 +92,72 @@ func FuzzDecodeResponse(f *testing.F) {
 		if (r == nil) == (err == nil) {
 			t.Fatalf("response %v and error %v", r, err)
 		}
+		if _, err := DecodeAnswer(Format(format), []byte(body)); err != nil && !errors.Is(err, ErrMalformedResponse) && knownFormat(Format(format)) == nil {
+			t.Fatalf("answer: untyped error %v", err)
+		}
 	})
+}
+
+// DecodeAnswer is lossless: encoded back as the format's message array they are the
+// provider's own message (its content blocks, items or parts, every field kept), so an agent
+// that keeps its own history sends back exactly what it was sent: Anthropic thinking with
+// its signature, Responses reasoning items, Gemini thought signatures, unknown fields.
+func TestDecodeAnswerLossless(t *testing.T) {
+	cases := []struct {
+		name, body string
+		f          Format
+		// want is the message array the answer is, as a request would carry it.
+		want string
+	}{
+		{"openai", `{"choices":[{"message":{"role":"assistant","content":"Done.","refusal":null,"annotations":[]},"finish_reason":"stop"}]}`, OpenAI,
+			`[{"role":"assistant","content":"Done.","refusal":null,"annotations":[]}]`},
+		{"openai tool call", `{"choices":[{"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"grep","arguments":"{\"q\":\"x\"}"}}]},"finish_reason":"tool_calls"}]}`, OpenAI,
+			`[{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"grep","arguments":"{\"q\":\"x\"}"}}]}]`},
+		{"anthropic thinking", `{"type":"message","role":"assistant","content":[{"type":"thinking","thinking":"Let me think.","signature":"EqQBCkYIBRgCKkB+sig=="},{"type":"redacted_thinking","data":"EmwKAhgBEgy3"},{"type":"text","text":"Let me look.","citations":null},{"type":"tool_use","id":"toolu_1","name":"Read","input":{"file_path":"/a.go"}}],"stop_reason":"tool_use"}`, Anthropic,
+			`[{"role":"assistant","content":[{"type":"thinking","thinking":"Let me think.","signature":"EqQBCkYIBRgCKkB+sig=="},{"type":"redacted_thinking","data":"EmwKAhgBEgy3"},{"type":"text","text":"Let me look.","citations":null},{"type":"tool_use","id":"toolu_1","name":"Read","input":{"file_path":"/a.go"}}]}]`},
+		{"responses", `{"object":"response","status":"completed","output":[{"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"gAAAA"},{"type":"message","id":"msg_1","role":"assistant","status":"completed","content":[{"type":"output_text","text":"Hi","annotations":[]}]},{"type":"function_call","id":"fc_1","call_id":"call_9","name":"shell","arguments":"{}"}]}`, Responses,
+			`[{"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"gAAAA"},{"type":"message","id":"msg_1","role":"assistant","status":"completed","content":[{"type":"output_text","text":"Hi","annotations":[]}]},{"type":"function_call","id":"fc_1","call_id":"call_9","name":"shell","arguments":"{}"}]`},
+		{"gemini", `{"candidates":[{"content":{"role":"model","parts":[{"text":"thinking...","thought":true,"thoughtSignature":"CiQB"},{"functionCall":{"name":"ls","args":{"dir":"."}},"thoughtSignature":"CiUB"}]},"finishReason":"STOP"}]}`, Gemini,
+			`[{"role":"model","parts":[{"text":"thinking...","thought":true,"thoughtSignature":"CiQB"},{"functionCall":{"name":"ls","args":{"dir":"."}},"thoughtSignature":"CiUB"}]}]`},
+	}
+	for _, c := range cases {
+		msgs, err := DecodeAnswer(c.f, []byte(c.body))
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		got, err := EncodeMessages(c.f, msgs)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if !sameJSON(t, got, []byte(c.want)) {
+			t.Errorf("%s: the answer encodes as\n%s\nwant\n%s", c.name, got, c.want)
+		}
+		// And the array decodes to the same messages.
+		back, err := DecodeMessages(c.f, got)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		again, err := EncodeMessages(c.f, back)
+		if err != nil || !sameJSON(t, again, got) {
+			t.Errorf("%s: decoded and encoded again: %s (%v)", c.name, again, err)
+		}
+	}
+	if _, err := EncodeMessages(Anthropic, []chat.Message{chat.TextMessage(chat.RoleSystem, "sys")}); err == nil {
+		t.Error("a system message in an Anthropic message array: no error")
+	}
+	if _, err := DecodeMessages("nope", json.RawMessage("[]")); err == nil {
+		t.Error("an unknown format: no error")
+	}
+}
+
+func sameJSON(t *testing.T, a, b []byte) bool {
+	t.Helper()
+	var x, y any
+	if err := json.Unmarshal(a, &x); err != nil {
+		t.Fatalf("%v: %s", err, a)
+	}
+	if err := json.Unmarshal(b, &y); err != nil {
+		t.Fatalf("%v: %s", err, b)
+	}
+	return reflect.DeepEqual(x, y)
 }
