@@ -88,7 +88,7 @@ func newServer(cfg Config, addressed bool) (*Server, error) {
 		exact:       map[string]tokens.Counter{},
 		sessions:    map[string]*psession{},
 		lru:         list.New(),
-		decodes:     newDecodeCache(cfg.DecodeCacheBytes),
+		decodes:     newDecodeCache(cfg.decodeCacheLimit()),
 		flushers:    newFlushers(),
 	}
 	// Load the default vocabulary now rather than in the first request.

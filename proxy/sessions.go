@@ -18,7 +18,6 @@ import (
 	"unsafe"
 
 	ctxmgr "github.com/ctxmgr/ctxmgr"
-	"github.com/ctxmgr/ctxmgr/budget"
 	"github.com/ctxmgr/ctxmgr/chat"
 	"github.com/ctxmgr/ctxmgr/store"
 	"github.com/ctxmgr/ctxmgr/tokens"
@@ -95,7 +94,7 @@ func (s *Server) manager(f Format, model string, window, maxOutput int) (*manage
 				s.exact[enc] = c
 			}
 			cfg.Counter = c
-			cfg.Budget.SafetyMargin = budget.ZeroRatio
+			cfg.Budget.NoSafetyMargin = true
 		} else {
 			cfg.Counter = s.cal.Counter(model)
 		}

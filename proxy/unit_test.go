@@ -187,6 +187,10 @@ func TestModelLimits(t *testing.T) {
 		{def, "claude-sonnet-4-5", 200000},
 		{def, "my-local-llama", 200000},
 		{Config{Window: 9000}.withDefaults(), "gpt-4o", 9000},
+		{Config{Window: 200000}.withDefaults(), "gpt-4o", 200000},
+		// A Config made of the defaulted one's values means the same.
+		{Config{Window: def.Window, MaxOutput: def.MaxOutput}.withDefaults(), "gpt-4o", 128000},
+		{def.withDefaults(), "gpt-4o", 128000},
 		{Config{Models: []ModelLimits{{Prefix: "gpt-4o", Window: 64000}}}.withDefaults(), "gpt-4o-mini", 64000},
 	}
 	for _, c := range cases {
