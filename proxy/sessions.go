@@ -19,9 +19,9 @@ import (
 
 	ctxmgr "github.com/ctxmgr/ctxmgr"
 	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/internal/encodecache"
 	"github.com/ctxmgr/ctxmgr/store"
 	"github.com/ctxmgr/ctxmgr/tokens"
-	"github.com/ctxmgr/ctxmgr/wire"
 )
 
 // managerKey identifies one Manager configuration: the window, the reply reserve, the token
@@ -286,8 +286,8 @@ type psession struct {
 	// first, at most recentBranches; nil if none. Replaced whole, never modified.
 	branches atomic.Pointer[[]string]
 	// blocks holds the encodings of the messages of the last body encoded for the session
-	// (server.go, encodeSession; wire.EncodeCache).
-	blocks *wire.EncodeCache
+	// (server.go, encodeSession; encodecache.Cache).
+	blocks *encodecache.Cache
 	// counted: the last request sent, counted for the calibrator (server.go, observeUsage).
 	counted sentCount
 	// clean: the prepared messages of the last Anthropic request, when none carried a
@@ -315,7 +315,7 @@ func (s *Server) acquire(id string) *psession {
 	s.sessMu.Lock()
 	ps := s.sessions[id]
 	if ps == nil {
-		ps = &psession{id: id, blocks: wire.NewEncodeCache()}
+		ps = &psession{id: id, blocks: encodecache.New()}
 		s.sessions[id] = ps
 		ps.elem = s.lru.PushFront(ps)
 		for e := s.lru.Back(); e != nil && s.lru.Len() > s.cfg.MaxSessions; {
