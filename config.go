@@ -122,7 +122,8 @@ type Config struct {
 	// Compaction, when the request is over the compaction threshold (Budget.Threshold).
 
 	// MaskKeep is how many of the newest tool results masking over the threshold never
-	// replaces by one-line stubs. Zero: 10. DisableMasking turns masking off.
+	// replaces by one-line stubs. Zero: 10 (none under the baseagent preset, which protects
+	// the newest 40000 tokens of history instead). DisableMasking turns masking off.
 	MaskKeep int
 	// MaskMinSaving is the fewest tokens a mask over the threshold must free to be made, so
 	// that the prefix (and the provider's prompt cache) changes rarely. Zero: 5% of
@@ -209,7 +210,7 @@ type seedRules struct {
 	// NoMaskMinSaving masks whatever masking frees (MaskMinSaving is 0).
 	NoMaskMinSaving bool
 	// MaskProtectTokens protects from masking the tool results within that many of the newest
-	// history tokens, in place of MaskKeep's count (BaseAgent).
+	// history tokens (BaseAgent); the default MaskKeep is then 0, so that they alone protect.
 	MaskProtectTokens int
 	// TruncateTokens is the middle-out cap in tokens for a tool result of the active turn when
 	// one huge turn does not fit (BaseAgent: 2500). 0: what makes it fit.
@@ -254,10 +255,11 @@ func configErr(field, format string, args ...any) error {
 
 // WithDefaults returns c with every zero field set to its documented default, as its switches
 // allow (DisableOffload leaves ToolResultCap and RequestedReadCap zero, KeepOffloads
-// OffloadRetention, DisableMasking MaskKeep), and nil components (Counter, Summarizer, Store,
-// Now, Logger) made. Window-relative defaults use Budget.Window as filled. It keeps every
-// non-zero field as it is, even an invalid one (call Validate), and is idempotent: a Config and
-// its WithDefaults behave the same.
+// OffloadRetention, DisableMasking MaskKeep) and as a seed preset's rules have it, and with
+// its nil components (Counter, Summarizer, Store, Now, Logger) made. Window-relative
+// defaults use Budget.Window as filled. It keeps every non-zero field as it is, even an
+// invalid one (call Validate), and is idempotent: a Config and its WithDefaults behave the
+// same.
 func (c Config) WithDefaults() Config {
 	if c.Counter == nil {
 		c.Counter = defaultCounter()
@@ -286,7 +288,7 @@ func (c Config) WithDefaults() Config {
 	if c.RecentToolResults == 0 {
 		c.RecentToolResults = 2
 	}
-	if c.MaskKeep == 0 && !c.DisableMasking {
+	if c.MaskKeep == 0 && !c.DisableMasking && c.seed.MaskProtectTokens == 0 {
 		c.MaskKeep = 10
 	}
 	if c.MaskMinSaving == 0 && !c.seed.NoMaskMinSaving {

@@ -350,12 +350,8 @@ func (s *Session) rewrite(ctx context.Context, force bool, reason string, rep *R
 	}
 	var cands []cand
 	saving := 0
-	// The MaskKeep newest results are never masked, or, under a seed rule, those within the
-	// MaskProtectTokens newest tokens.
-	keep := cfg.MaskKeep
 	protected := make(map[int]bool)
 	if cfg.seed.MaskProtectTokens > 0 {
-		keep = 0
 		sum := 0
 		for i := len(s.entries) - 1; i >= s.start && sum < cfg.seed.MaskProtectTokens; i-- {
 			sum += s.entries[i].tokens
@@ -374,7 +370,7 @@ func (s *Session) rewrite(ctx context.Context, force bool, reason string, rep *R
 		if e.exempt || e.kind == viewMasked || e.kind == viewTruncated || e.kind == viewSuperseded {
 			continue
 		}
-		if !cfg.DisableMasking && r >= keep && !protected[i] {
+		if !cfg.DisableMasking && r >= cfg.MaskKeep && !protected[i] {
 			const stubTokens = 60
 			if e.tokens >= 2*stubTokens {
 				cands = append(cands, cand{i, viewMasked, e.tokens - stubTokens})

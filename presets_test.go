@@ -123,8 +123,8 @@ func TestPresetBaseAgent(t *testing.T) {
 	if !pruned {
 		t.Fatal("never pruned")
 	}
-	if cfg := s.m.cfg; cfg.seed.MaskProtectTokens != 40000 {
-		t.Fatalf("baseagent masks with MaskProtectTokens %d; its rule is the newest 40000 tokens alone", cfg.seed.MaskProtectTokens)
+	if cfg := s.m.cfg; cfg.MaskKeep != 0 || cfg.seed.MaskProtectTokens != 40000 {
+		t.Fatalf("baseagent masks with MaskKeep %d, MaskProtectTokens %d; its rule is tokens alone (0, 40000)", cfg.MaskKeep, cfg.seed.MaskProtectTokens)
 	}
 	// 40000 tokens of the newest tool output stay: the unmasked results, newest first, reach
 	// 40000 tokens (by the preset's chars/4 estimate) before the first masked one, and no
