@@ -121,10 +121,11 @@ type Config struct {
 	DisableCutThrough bool
 	// Tune, if set, adjusts each Manager's configuration after the preset is applied: a
 	// program that embeds the proxy declares its agent's own tools there, say (see
-	// ExampleConfig_tune). The configuration is the preset's (ctxmgr.Preset), with the
-	// proxy's Prices, Counter, Store, Logger, Summarizer, OnEvent and ReadToolTokens set; as
-	// in any ctxmgr.Config, a zero field means its default (ctxmgr.New fills it). With an
-	// exact counter the proxy sets Budget.NoSafetyMargin: a Tune that sets
+	// ExampleConfig_tune). The configuration is the preset's (ctxmgr.Preset) with what the
+	// proxy sets: Prices, Store, Logger, OnEvent, the Counter unless the preset has its own,
+	// Summarizer and ReadToolTokens when the proxy has them, and ToolResultCap at most the
+	// window. As in any ctxmgr.Config, a zero field means its default (ctxmgr.New fills it).
+	// With an exact counter the proxy sets Budget.NoSafetyMargin: a Tune that sets
 	// Budget.SafetyMargin sets NoSafetyMargin to false too. Default: none.
 	Tune func(*ctxmgr.Config)
 
@@ -279,13 +280,19 @@ func (c Config) validate(addressed bool) error {
 	for _, n := range []struct {
 		field string
 		v     int64
+		off   string // the switch that turns it off, if any
 	}{
-		{"Window", int64(c.Window)}, {"MaxOutput", int64(c.MaxOutput)}, {"DecodeCacheBytes", int64(c.DecodeCacheBytes)},
-		{"CutThroughBytes", int64(c.CutThroughBytes)}, {"MaxBodyBytes", c.MaxBodyBytes}, {"UpstreamTimeout", int64(c.UpstreamTimeout)},
-		{"MaxSessions", int64(c.MaxSessions)}, {"MaxReads", int64(c.MaxReads)},
+		{"Window", int64(c.Window), ""}, {"MaxOutput", int64(c.MaxOutput), ""},
+		{"DecodeCacheBytes", int64(c.DecodeCacheBytes), "DisableDecodeCache"},
+		{"CutThroughBytes", int64(c.CutThroughBytes), "DisableCutThrough"},
+		{"MaxBodyBytes", c.MaxBodyBytes, ""}, {"UpstreamTimeout", int64(c.UpstreamTimeout), ""},
+		{"MaxSessions", int64(c.MaxSessions), ""}, {"MaxReads", int64(c.MaxReads), "DisableReadTool"},
 	} {
-		if n.v < 0 {
-			return configErr(n.field, "%d is negative (zero means the default; the Disable switches turn things off)", n.v)
+		switch {
+		case n.v < 0 && n.off != "":
+			return configErr(n.field, "%d < 0 (0 means the default; %s turns it off)", n.v, n.off)
+		case n.v < 0:
+			return configErr(n.field, "%d < 0 (0 means the default)", n.v)
 		}
 	}
 	return nil
