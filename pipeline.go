@@ -319,9 +319,9 @@ func (s *Session) minCut() int {
 
 // snapCut snaps a live-relative target backwards to the nearest safe cut and returns it as a
 // history position (s.start when there is none): a turn boundary, or, unless the seed rule
-// TurnCuts, the start of a tool iteration no call crosses (turns.SafeCut with Iterations), so that one
-// long turn (a coding agent's whole run) can be cut too. The latest user message is never
-// evicted: a cut past it pins it (see Session.pinned).
+// TurnCuts, the start of a tool iteration no call crosses (turns.SafeCut with Iterations), so
+// that one long turn (a coding agent's whole run) can be cut too. The latest user message is
+// never evicted: a cut past it pins it (see Session.pinned).
 func (s *Session) snapCut(live []chat.Message, target int) int {
 	target = min(target, len(live)-1)
 	if target <= 0 {
