@@ -442,7 +442,7 @@ func TestConfigValidate(t *testing.T) {
 	bad := []Config{
 		{ToolResultCap: 10},
 		{MaskKeep: -5},
-		{Seed: SeedRules{KeepTurnFraction: 1.5}},
+		{MaskMinSaving: -1},
 		{MaxRecoveries: 50},
 		{PagedPastCap: -1},
 		{PagedPastCap: 100},

@@ -100,7 +100,7 @@ func (s *Session) prepare(ctx context.Context, force bool) (Prepared, error) {
 	rep := &Report{Window: w.Window, MaxOutput: w.MaxOutput, Before: s.regions()}
 	rep.InputBefore = s.plan().Input
 
-	if cfg.Seed.RollingRewrite {
+	if cfg.seed.RollingRewrite {
 		if err := s.rewrite(ctx, false, "rolling", rep); err != nil {
 			return Prepared{}, err
 		}
@@ -109,7 +109,7 @@ func (s *Session) prepare(ctx context.Context, force bool) (Prepared, error) {
 		return Prepared{}, err
 	}
 	if force || s.overTrigger() {
-		if !cfg.Seed.RollingRewrite {
+		if !cfg.seed.RollingRewrite {
 			if err := s.rewrite(ctx, force, "over the compaction threshold", rep); err != nil {
 				return Prepared{}, err
 			}
@@ -155,18 +155,18 @@ func (s *Session) pending() error {
 func (s *Session) overTrigger() bool {
 	cfg := &s.m.cfg
 	p := s.plan()
-	if cfg.Seed.TriggerTokens > 0 {
-		if p.Input+p.MaxOutput > cfg.Seed.TriggerTokens {
+	if cfg.seed.TriggerTokens > 0 {
+		if p.Input+p.MaxOutput > cfg.seed.TriggerTokens {
 			return true
 		}
 	} else if p.OverThreshold {
 		return true
 	}
 	n := len(s.entries) - s.start
-	if cfg.Seed.MaxMessages > 0 && n > cfg.Seed.MaxMessages {
+	if cfg.seed.MaxMessages > 0 && n > cfg.seed.MaxMessages {
 		return true
 	}
-	if cfg.Seed.MaxTurns > 0 && len(turns.Boundaries(s.live())) > cfg.Seed.MaxTurns {
+	if cfg.seed.MaxTurns > 0 && len(turns.Boundaries(s.live())) > cfg.seed.MaxTurns {
 		return true
 	}
 	return p.OverBudget
@@ -279,7 +279,7 @@ func (s *Session) keepCut() int {
 		return s.start
 	}
 	target := n
-	counted := cfg.Seed.KeepMessages > 0 || cfg.Seed.KeepUserTurns > 0 || cfg.Seed.KeepTurnFraction > 0
+	counted := cfg.seed.KeepMessages > 0 || cfg.seed.KeepUserTurns > 0 || cfg.seed.KeepTurnFraction > 0
 	if !counted {
 		keep := s.window().ReserveTokens()
 		sum := 0
@@ -293,18 +293,18 @@ func (s *Session) keepCut() int {
 		}
 	}
 	b := turns.Boundaries(live)
-	if cfg.Seed.KeepMessages > 0 {
-		target = min(target, max(0, n-cfg.Seed.KeepMessages))
+	if cfg.seed.KeepMessages > 0 {
+		target = min(target, max(0, n-cfg.seed.KeepMessages))
 	}
-	if cfg.Seed.KeepUserTurns > 0 {
-		if len(b) >= cfg.Seed.KeepUserTurns {
-			target = min(target, b[len(b)-cfg.Seed.KeepUserTurns])
+	if cfg.seed.KeepUserTurns > 0 {
+		if len(b) >= cfg.seed.KeepUserTurns {
+			target = min(target, b[len(b)-cfg.seed.KeepUserTurns])
 		} else {
 			target = 0
 		}
 	}
-	if cfg.Seed.KeepTurnFraction > 0 && len(b) > 0 {
-		keepTurns := int(math.Ceil(cfg.Seed.KeepTurnFraction * float64(len(b))))
+	if cfg.seed.KeepTurnFraction > 0 && len(b) > 0 {
+		keepTurns := int(math.Ceil(cfg.seed.KeepTurnFraction * float64(len(b))))
 		target = min(target, b[len(b)-max(1, keepTurns)])
 	}
 	return s.snapCut(live, target)
@@ -318,16 +318,16 @@ func (s *Session) minCut() int {
 }
 
 // snapCut snaps a live-relative target backwards to the nearest safe cut and returns it as a
-// history position (s.start when there is none): a turn boundary, or, unless Config.Seed.TurnCuts,
-// the start of a tool iteration no call crosses (turns.SafeCut with Iterations), so that one
-// long turn (a coding agent's whole run) can be cut too. The latest user message is never
-// evicted: a cut past it pins it (see Session.pinned).
+// history position (s.start when there is none): a turn boundary, or, unless the seed rule
+// TurnCuts, the start of a tool iteration no call crosses (turns.SafeCut with Iterations), so
+// that one long turn (a coding agent's whole run) can be cut too. The latest user message is
+// never evicted: a cut past it pins it (see Session.pinned).
 func (s *Session) snapCut(live []chat.Message, target int) int {
 	target = min(target, len(live)-1)
 	if target <= 0 {
 		return s.start
 	}
-	opts := turns.CutOptions{Search: turns.Backward, Iterations: !s.m.cfg.Seed.TurnCuts}
+	opts := turns.CutOptions{Search: turns.Backward, Iterations: !s.m.cfg.seed.TurnCuts}
 	if cut, ok := turns.SafeCut(live, target, opts); ok && cut > 0 {
 		return s.start + cut
 	}
@@ -351,9 +351,9 @@ func (s *Session) rewrite(ctx context.Context, force bool, reason string, rep *R
 	var cands []cand
 	saving := 0
 	protected := make(map[int]bool)
-	if cfg.Seed.MaskProtectTokens > 0 {
+	if cfg.seed.MaskProtectTokens > 0 {
 		sum := 0
-		for i := len(s.entries) - 1; i >= s.start && sum < cfg.Seed.MaskProtectTokens; i-- {
+		for i := len(s.entries) - 1; i >= s.start && sum < cfg.seed.MaskProtectTokens; i-- {
 			sum += s.entries[i].tokens
 			protected[i] = true
 		}
@@ -470,8 +470,8 @@ func (s *Session) truncate(ctx context.Context, rep *Report) error {
 		}
 	}
 	capTok := lo
-	if s.m.cfg.Seed.TruncateTokens > 0 {
-		capTok = min(capTok, s.m.cfg.Seed.TruncateTokens)
+	if s.m.cfg.seed.TruncateTokens > 0 {
+		capTok = min(capTok, s.m.cfg.seed.TruncateTokens)
 	}
 	before := p.Input
 	n := 0

@@ -30,15 +30,16 @@ func Presets() []string {
 }
 
 // Preset returns the configuration of a preset for a window of `window` tokens with
-// `maxOutput` tokens of reply. Each preset starts from the defaults (those its switches, such
-// as DisableOffload, allow) and then sets its own values, so the Config it returns has its
-// tuning defaults: a value it sets to zero stays zero (Config.WithDefaults). Budget fields it
-// leaves zero, Prices, Store, Summarizer, Logger, Now and OnEvent are left for the caller (New
-// fills what is left unset); the token Counter is part of the preset where the seed system
-// estimates tokens its own way (nil means ctxmgr's exact default).
+// `maxOutput` tokens of reply. It sets the values the preset chooses and leaves every other
+// field zero, so that it means its documented default, as in any Config (New fills them;
+// WithDefaults shows them). Prices, Store, Summarizer, Logger, Now and OnEvent are left for
+// the caller; the token Counter is part of the preset where the seed system estimates tokens
+// its own way (nil means ctxmgr's exact default).
 //
-// The wider cap for requested reads is ctxmgr's own: the seed presets and masking set
-// DisableRequestedReadCap and keep the behaviour of the systems they reproduce.
+// The seed presets also carry rules of the systems they reproduce that no Config field sets
+// (count triggers, keep rules, turn-only cuts, masking on every call, BaseAgent's protection
+// of the newest tool tokens, the ordinary cap for requested reads): selecting the preset by
+// name is the only way to have them, and a copy of its Config keeps them.
 func Preset(name string, window, maxOutput int) (Config, error) {
 	w := budget.Window{Window: window, MaxOutput: maxOutput}
 	switch name {
@@ -72,68 +73,75 @@ func Preset(name string, window, maxOutput int) (Config, error) {
 		// the error of a calibrated estimate (models whose tokenizer is not public) and lets
 		// a background summary be ready before it is needed.
 		w.Threshold, w.Reserve = 0.95, 0.20
-		c := Config{Budget: w}.tuningDefaults()
-		c.ToolResultCap, c.RequestedReadCap = 10000, 4*10000
-		c.MaskKeep, c.AgeOut, c.OldToolResultCap, c.RecentToolResults, c.CostMaskKeep = 10, true, 3000, 2, 2
-		c.Supersede, c.MaskBeforeSummary = true, true
-		c.SummaryTokens = max(min(1000, window/4), window*6/100)
-		return c, nil
+		return Config{
+			Budget:        w,
+			ToolResultCap: 10000, RequestedReadCap: 4 * 10000,
+			Supersede: true, AgeOut: true, OldToolResultCap: 3000, RecentToolResults: 2, CostMaskKeep: 2,
+			MaskKeep: 10, MaskBeforeSummary: true,
+			SummaryTokens: max(min(1000, window/4), window*6/100),
+		}, nil
 	case PresetMasking:
 		// Lindenbauer et al. 2025: keep the last 10 tool outputs, mask older ones, on every
-		// call; no summaries.
-		c := Config{Budget: w, DisableOffload: true, DisableRequestedReadCap: true, DisableMaskMinSaving: true, DisableSummary: true}.tuningDefaults()
-		c.MaskKeep = 10
-		c.Seed = SeedRules{RollingRewrite: true}
-		return c, nil
+		// call, whatever that frees; no summaries.
+		return Config{
+			Budget: w, DisableOffload: true, MaskKeep: 10, DisableSummary: true,
+			seed: seedRules{RollingRewrite: true, NoMaskMinSaving: true, PlainReads: true},
+		}, nil
 	case PresetCoPaw:
 		// Trigger 0.75 x max_input_length, reserve 0.1 x window, tool-result compaction off,
 		// structured incremental summary, tokenizer counts.
 		w.Threshold, w.Reserve = 0.75, 0.10
-		c := Config{Budget: w, DisableOffload: true, DisableRequestedReadCap: true, DisableMasking: true}.tuningDefaults()
-		c.Seed = SeedRules{TurnCuts: true}
-		return c, nil
+		return Config{
+			Budget: w, DisableOffload: true, DisableMasking: true,
+			seed: seedRules{TurnCuts: true, PlainReads: true},
+		}, nil
 	case PresetQwenPaw:
 		// Trigger 0.8, reserve 0.1; tool results: the 2 most recent keep 50000 bytes, older
-		// ones are cut to 3000 bytes, full text offloaded to files kept 5 days; tokens are
-		// UTF-8 bytes / 4.
+		// ones are cut to 3000 bytes on every call, full text offloaded to files kept 5 days;
+		// tokens are UTF-8 bytes / 4.
 		w.Threshold, w.Reserve = 0.80, 0.10
-		c := Config{Budget: w, DisableRequestedReadCap: true, DisableMasking: true, DisableMaskMinSaving: true}.tuningDefaults()
-		c.ToolResultCap, c.OldToolResultCap, c.RecentToolResults, c.OffloadRetention = 50000, 3000, 2, 5*24*time.Hour
-		c.Seed = SeedRules{TurnCuts: true, RollingRewrite: true}
-		c.Counter = tokens.NewRatio(tokens.RatioOptions{Name: "bytes/4", PerToken: 4})
-		return c, nil
+		return Config{
+			Budget:        w,
+			ToolResultCap: 50000, OldToolResultCap: 3000, RecentToolResults: 2, OffloadRetention: 5 * 24 * time.Hour,
+			DisableMasking: true,
+			Counter:        tokens.NewRatio(tokens.RatioOptions{Name: "bytes/4", PerToken: 4}),
+			seed:           seedRules{TurnCuts: true, RollingRewrite: true, NoMaskMinSaving: true, PlainReads: true},
+		}, nil
 	case PresetPicoclaw:
 		// Summarize when the history has more than 20 messages or passes 75% of the window;
 		// keep the last 4 messages, snapped to a turn; no tool-result handling; tokens are
 		// characters * 2/5 plus 256 per media item.
 		w.Threshold = 0.75
-		c := Config{Budget: w, DisableOffload: true, DisableRequestedReadCap: true, DisableMasking: true}.tuningDefaults()
-		c.Seed = SeedRules{TurnCuts: true, MaxMessages: 20, KeepMessages: 4}
-		c.Counter = tokens.NewRatio(tokens.RatioOptions{Name: "chars*2/5", PerToken: 2.5, Runes: true, MediaTokens: 256})
-		return c, nil
+		return Config{
+			Budget: w, DisableOffload: true, DisableMasking: true,
+			Counter: tokens.NewRatio(tokens.RatioOptions{Name: "chars*2/5", PerToken: 2.5, Runes: true, MediaTokens: 256}),
+			seed:    seedRules{TurnCuts: true, MaxMessages: 20, KeepMessages: 4, PlainReads: true},
+		}, nil
 	case PresetCowAgent:
 		// Summarize past 20 turns or 50000 tokens, keeping the newest half of the turns;
-		// historical tool results above 20000 characters are cut head+tail; tokens estimated
-		// as characters / 4.
+		// historical tool results above 20000 characters are cut head+tail on every call;
+		// tokens estimated as characters / 4.
 		w.Threshold = 0.95
-		trigger := min(window, 50000+maxOutput)
-		c := Config{Budget: w, DisableOffload: true, DisableRequestedReadCap: true, DisableMasking: true, DisableMaskMinSaving: true}.tuningDefaults()
-		c.OldToolResultCap, c.RecentToolResults = 20000, 2
-		c.Seed = SeedRules{TurnCuts: true, MaxTurns: 20, TriggerTokens: trigger, KeepTurnFraction: 0.5, RollingRewrite: true}
-		c.Counter = tokens.NewRatio(tokens.RatioOptions{Name: "chars/4", PerToken: 4, Runes: true})
-		return c, nil
+		return Config{
+			Budget: w, DisableOffload: true, DisableMasking: true,
+			OldToolResultCap: 20000, RecentToolResults: 2,
+			Counter: tokens.NewRatio(tokens.RatioOptions{Name: "chars/4", PerToken: 4, Runes: true}),
+			seed: seedRules{TurnCuts: true, MaxTurns: 20, TriggerTokens: min(window, 50000+maxOutput), KeepTurnFraction: 0.5,
+				RollingRewrite: true, NoMaskMinSaving: true, PlainReads: true},
+		}, nil
 	case PresetBaseAgent:
 		// Compact at 85% of (window - max output) of input; keep the last 2 user turns;
-		// prune old tool outputs beyond the newest 40000 tool tokens when that frees at least
-		// 20000 tokens; tool outputs capped middle-out at 2500 tokens; tokens are chars / 4.
+		// prune old tool outputs beyond the newest 40000 tool tokens (no count of newest
+		// results is protected: those tokens alone are) when that frees at least 20000
+		// tokens; tool outputs capped middle-out at 2500 tokens; tokens are chars / 4.
 		input := 0.85 * float64(window-maxOutput)
 		w.Threshold = min(1, (input+float64(maxOutput))/float64(window))
-		c := Config{Budget: w, DisableRequestedReadCap: true}.tuningDefaults()
-		// No count of newest results is protected: the newest 40000 tokens alone are.
-		c.MaskKeep, c.MaskMinSaving, c.ToolResultCap = 0, 20000, 2500*4
-		c.Seed = SeedRules{TurnCuts: true, KeepUserTurns: 2, MaskProtectTokens: 40000, RollingRewrite: true, TruncateTokens: 2500}
-		c.Counter = tokens.NewRatio(tokens.RatioOptions{Name: "chars/4", PerToken: 4, Runes: true})
-		return c, nil
+		return Config{
+			Budget: w, ToolResultCap: 2500 * 4, MaskMinSaving: 20000,
+			Counter: tokens.NewRatio(tokens.RatioOptions{Name: "chars/4", PerToken: 4, Runes: true}),
+			seed: seedRules{TurnCuts: true, KeepUserTurns: 2, MaskProtectTokens: 40000, RollingRewrite: true,
+				TruncateTokens: 2500, PlainReads: true},
+		}, nil
 	}
 	return Config{}, fmt.Errorf("%w: unknown preset %q (known: %v)", ErrInvalidConfig, name, Presets())
 }

@@ -3,9 +3,9 @@ package ctxmgr
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/ctxmgr/ctxmgr/chat"
 	"github.com/ctxmgr/ctxmgr/store"
@@ -123,8 +123,8 @@ func TestPresetBaseAgent(t *testing.T) {
 	if !pruned {
 		t.Fatal("never pruned")
 	}
-	if cfg := s.m.cfg; cfg.MaskKeep != 0 || cfg.Seed.MaskProtectTokens != 40000 {
-		t.Fatalf("baseagent masks with MaskKeep %d, MaskProtectTokens %d; its rule is tokens alone (0, 40000)", cfg.MaskKeep, cfg.Seed.MaskProtectTokens)
+	if cfg := s.m.cfg; cfg.MaskKeep != 0 || cfg.seed.MaskProtectTokens != 40000 {
+		t.Fatalf("baseagent masks with MaskKeep %d, MaskProtectTokens %d; its rule is tokens alone (0, 40000)", cfg.MaskKeep, cfg.seed.MaskProtectTokens)
 	}
 	// 40000 tokens of the newest tool output stay: the unmasked results, newest first, reach
 	// 40000 tokens (by the preset's chars/4 estimate) before the first masked one, and no
@@ -206,7 +206,7 @@ func TestPresetDefault(t *testing.T) {
 	eff := cfg.WithDefaults()
 	if eff.ToolResultCap != 10000 || eff.RequestedReadCap != 40000 || eff.Budget.Threshold != 0.95 || eff.Budget.Reserve != 0.20 ||
 		!eff.AgeOut || !eff.Supersede || eff.CostMaskKeep != 2 || !eff.MaskBeforeSummary || eff.OldToolResultCap != 3000 || eff.PagedPastCap != 0 ||
-		eff.DisableOffload || eff.DisableMasking || eff.Seed != (SeedRules{}) {
+		eff.DisableOffload || eff.DisableMasking || eff.seed != (seedRules{}) {
 		t.Fatalf("default preset: %+v", eff)
 	}
 	ctx := context.Background()
@@ -228,7 +228,7 @@ func TestPresetMasking(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !cfg.DisableOffload || !cfg.DisableSummary || cfg.MaskKeep != 10 || !cfg.DisableMaskMinSaving || !cfg.Seed.RollingRewrite {
+	if !cfg.DisableOffload || !cfg.DisableSummary || cfg.MaskKeep != 10 || !cfg.seed.NoMaskMinSaving || !cfg.seed.RollingRewrite {
 		t.Fatalf("masking preset: %+v", cfg)
 	}
 	ctx := context.Background()
@@ -258,8 +258,8 @@ func TestPresetMasking(t *testing.T) {
 
 // The explicit switches do what the negative values did and negative values are refused.
 func TestConfigSwitches(t *testing.T) {
-	eff := Config{DisableOffload: true, KeepOffloads: true, DisableMasking: true, DisableMaskMinSaving: true}.WithDefaults()
-	if eff.ToolResultCap != 0 || eff.OffloadRetention != 0 || eff.MaskMinSaving != 0 || eff.RequestedReadCap != 0 {
+	eff := Config{DisableOffload: true, KeepOffloads: true, DisableMasking: true}.WithDefaults()
+	if eff.ToolResultCap != 0 || eff.OffloadRetention != 0 || eff.MaskKeep != 0 || eff.RequestedReadCap != 0 {
 		t.Fatalf("switches left defaults: %+v", eff)
 	}
 	for _, c := range []Config{{ToolResultCap: -1}, {MaskKeep: -1}, {MaskMinSaving: -1}, {RequestedReadCap: -1}, {OffloadRetention: -1}} {
@@ -288,51 +288,48 @@ func TestConfigSwitches(t *testing.T) {
 	}
 }
 
-// Preset applies the defaults first and its own values last: the Config it returns already
-// has every tuning default, so New changes none of its tuning values (a zero it sets, such as
-// BaseAgent's MaskKeep, stays zero), and WithDefaults has no rule for presets.
-func TestPresetDefaultsFirst(t *testing.T) {
-	type tuning struct {
-		ToolResultCap, RequestedReadCap, OldToolResultCap, RecentToolResults int
-		MaskKeep, MaskMinSaving, SummaryTokens, MaxRecoveries, CostMaskKeep  int
-		OffloadRetention                                                     time.Duration
-	}
-	of := func(c Config) tuning {
-		return tuning{c.ToolResultCap, c.RequestedReadCap, c.OldToolResultCap, c.RecentToolResults,
-			c.MaskKeep, c.MaskMinSaving, c.SummaryTokens, c.MaxRecoveries, c.CostMaskKeep, c.OffloadRetention}
+// A preset's Config means what the same values mean in any Config: New fills the fields it
+// leaves zero with their defaults, WithDefaults changes nothing a preset set, and a zero set in
+// a preset's Config afterwards is the default, as in a literal.
+func TestPresetZeroIsDefault(t *testing.T) {
+	names := []string{"ToolResultCap", "RequestedReadCap", "OldToolResultCap", "RecentToolResults", "MaskKeep",
+		"MaskMinSaving", "SummaryTokens", "MaxRecoveries", "CostMaskKeep", "OffloadRetention"}
+	of := func(c Config) []int64 {
+		return []int64{int64(c.ToolResultCap), int64(c.RequestedReadCap), int64(c.OldToolResultCap), int64(c.RecentToolResults),
+			int64(c.MaskKeep), int64(c.MaskMinSaving), int64(c.SummaryTokens), int64(c.MaxRecoveries), int64(c.CostMaskKeep),
+			int64(c.OffloadRetention)}
 	}
 	for _, name := range Presets() {
 		cfg, err := Preset(name, 200000, 32000)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if cfg.MaxRecoveries != 3 || cfg.SummaryTokens == 0 {
-			t.Errorf("%s: defaults not applied first: %+v", name, of(cfg))
+		eff := cfg.WithDefaults()
+		if eff.MaxRecoveries != 3 || eff.SummaryTokens == 0 || eff.RecentToolResults != 2 {
+			t.Errorf("%s: defaults not filled: %v", name, of(eff))
 		}
-		if got, want := of(cfg.WithDefaults()), of(cfg); got != want {
-			t.Errorf("%s: WithDefaults changed the preset's tuning: %+v, want %+v", name, got, want)
+		if got := of(eff.WithDefaults()); !slices.Equal(got, of(eff)) {
+			t.Errorf("%s: WithDefaults is not idempotent: %v, then %v", name, of(eff), got)
+		}
+		for k, v := range of(cfg) {
+			if v != 0 && of(eff)[k] != v {
+				t.Errorf("%s: %s set to %d became %d", name, names[k], v, of(eff)[k])
+			}
+		}
+		// A zero set afterwards is the default, as in a literal with the same Budget and
+		// switches.
+		cfg.MaskKeep, cfg.SummaryTokens, cfg.MaskMinSaving, cfg.RecentToolResults = 0, 0, 0, 0
+		lit := Config{Budget: cfg.Budget, DisableMasking: cfg.DisableMasking, seed: cfg.seed}.WithDefaults()
+		if got := cfg.WithDefaults(); got.MaskKeep != lit.MaskKeep || got.SummaryTokens != lit.SummaryTokens ||
+			got.MaskMinSaving != lit.MaskMinSaving || got.RecentToolResults != lit.RecentToolResults {
+			t.Errorf("%s: zeros set after Preset became %v; a literal's are %v", name, of(got), of(lit))
 		}
 	}
+	// Prices are the caller's: the preset leaves them, and New fills them if it does not.
 	base, err := Preset(PresetBaseAgent, 200000, 32000)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if base.MaskKeep != 0 || base.WithDefaults().MaskKeep != 0 || base.Seed.MaskProtectTokens != 40000 {
-		t.Errorf("baseagent: MaskKeep %d (after WithDefaults %d), MaskProtectTokens %d; want 0, 0, 40000",
-			base.MaskKeep, base.WithDefaults().MaskKeep, base.Seed.MaskProtectTokens)
-	}
-	// Without a preset, a zero MaskKeep is the default, MaskProtectTokens or not; in a Config
-	// that has its defaults, a zero set afterwards is meant.
-	plain := Config{Seed: SeedRules{MaskProtectTokens: 40000}}.WithDefaults()
-	if plain.MaskKeep != 10 {
-		t.Errorf("a plain Config with MaskProtectTokens: MaskKeep %d, want the default 10", plain.MaskKeep)
-	}
-	plain.MaskKeep = 0
-	if got := plain.WithDefaults().MaskKeep; got != 0 {
-		t.Errorf("a zero set in a defaulted Config became %d", got)
-	}
-	// Prices are not tuning: the caller sets them after Preset (replay's --profile), and New
-	// fills them if it does not.
 	if base.Prices != (Prices{}) || base.WithDefaults().Prices != PricesAnthropic {
 		t.Errorf("Prices: %+v from Preset, %+v after WithDefaults", base.Prices, base.WithDefaults().Prices)
 	}

@@ -32,29 +32,31 @@ const (
 	DefaultSafetyMargin  = 0.02
 )
 
-// ZeroRatio is the value to put in Reserve or SafetyMargin to mean an explicit zero: WithDefaults
-// replaces a 0 in those fields by the default but keeps ZeroRatio, and every computation treats
-// ZeroRatio as 0. An exact token counter uses SafetyMargin: ZeroRatio.
-const ZeroRatio = -1.0
-
-// Window is the context-window configuration of one model.
+// Window is the context-window configuration of one model. A zero field means its default
+// (WithDefaults fills them); the one thing that can be turned off, the safety margin, is
+// turned off by a switch (NoSafetyMargin), never by a special number.
 type Window struct {
-	// Window is the model's context window in tokens (input + output).
+	// Window is the model's context window in tokens (input + output). Default
+	// DefaultWindowTokens (200000).
 	Window int
 	// MaxOutput is the number of tokens reserved for the reply (the request's max_tokens).
+	// Default DefaultMaxOutput (32000), at most a quarter of Window.
 	MaxOutput int
 	// Threshold is the compaction threshold as a ratio of Window, in (0,1]: compact when
 	// input + MaxOutput exceeds Threshold*Window. Default 0.80.
 	Threshold float64
 	// SoftThreshold is the ratio of Window, in (0,1] and <= Threshold, above which background
-	// summarization may start. Default 0.60.
+	// summarization may start. Default 0.60, at most Threshold.
 	SoftThreshold float64
 	// Reserve is the ratio of Window, in [0,1), of most recent history that compaction never
-	// touches (snapped to a turn boundary by the caller). Default 0.10.
+	// touches (snapped to a turn boundary by the caller). Zero: DefaultReserve (0.10).
 	Reserve float64
 	// SafetyMargin is the ratio of Window, in [0,1), kept free to absorb token-counter error.
-	// Default 0.02; exact counters may use ZeroRatio.
+	// Zero: DefaultSafetyMargin (0.02). NoSafetyMargin turns the margin off.
 	SafetyMargin float64
+	// NoSafetyMargin keeps no safety margin, for a token counter whose counts are exact (the
+	// provider's own tokenizer): SafetyMargin must then be 0. Default false.
+	NoSafetyMargin bool
 }
 
 // DefaultWindow returns the documented defaults: a 200000-token window, 32000 tokens of output,
@@ -76,7 +78,8 @@ func DefaultWindow() Window {
 //     given alone stays valid);
 //   - Threshold: DefaultThreshold;
 //   - SoftThreshold: DefaultSoftThreshold, but at most Threshold;
-//   - Reserve, SafetyMargin: their defaults (ZeroRatio stays ZeroRatio).
+//   - Reserve: DefaultReserve;
+//   - SafetyMargin: DefaultSafetyMargin, unless NoSafetyMargin.
 //
 // Non-zero fields are kept as they are, even invalid ones: call Validate afterwards.
 // WithDefaults is idempotent.
@@ -102,7 +105,7 @@ func (w Window) WithDefaults() Window {
 	if w.Reserve == 0 {
 		w.Reserve = DefaultReserve
 	}
-	if w.SafetyMargin == 0 {
+	if w.SafetyMargin == 0 && !w.NoSafetyMargin {
 		w.SafetyMargin = DefaultSafetyMargin
 	}
 	return w
@@ -114,7 +117,7 @@ var ErrInvalidConfig = errors.New("invalid window configuration")
 // ConfigError reports an invalid Window field. errors.Is(err, ErrInvalidConfig) holds.
 type ConfigError struct {
 	// Field is the Window field at fault ("Window", "MaxOutput", "Threshold", "SoftThreshold",
-	// "Reserve", "SafetyMargin").
+	// "Reserve", "SafetyMargin" (NoSafetyMargin with a margin set included)).
 	Field string
 	// Reason says what is wrong, with the numbers.
 	Reason string
@@ -128,8 +131,8 @@ func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
 // Validate checks w as it is (zero fields are not defaulted: call WithDefaults first) and returns
 // the first problem as a *ConfigError:
 //   - Window <= 0; MaxOutput < 0; Window <= MaxOutput;
-//   - Threshold or SoftThreshold outside (0,1]; Reserve or SafetyMargin outside [0,1) (ZeroRatio
-//     is accepted); NaN anywhere;
+//   - Threshold or SoftThreshold outside (0,1]; Reserve or SafetyMargin outside [0,1); NaN
+//     anywhere; NoSafetyMargin with a SafetyMargin other than 0;
 //   - SoftThreshold > Threshold;
 //   - MaxOutput + margin tokens >= Window: no room for any input;
 //   - Threshold*Window <= MaxOutput: the threshold is crossed by an empty request;
@@ -154,11 +157,14 @@ func (w Window) Validate() error {
 	if !(w.SoftThreshold > 0 && w.SoftThreshold <= 1) {
 		return bad("SoftThreshold", "must be in (0,1], got %v", w.SoftThreshold)
 	}
-	if !(w.Reserve >= 0 && w.Reserve < 1) && w.Reserve != ZeroRatio {
-		return bad("Reserve", "must be in [0,1) or ZeroRatio, got %v", w.Reserve)
+	if !(w.Reserve >= 0 && w.Reserve < 1) {
+		return bad("Reserve", "must be in [0,1), got %v", w.Reserve)
 	}
-	if !(w.SafetyMargin >= 0 && w.SafetyMargin < 1) && w.SafetyMargin != ZeroRatio {
-		return bad("SafetyMargin", "must be in [0,1) or ZeroRatio, got %v", w.SafetyMargin)
+	if !(w.SafetyMargin >= 0 && w.SafetyMargin < 1) {
+		return bad("SafetyMargin", "must be in [0,1), got %v (NoSafetyMargin turns the margin off)", w.SafetyMargin)
+	}
+	if w.NoSafetyMargin && w.SafetyMargin != 0 {
+		return bad("SafetyMargin", "%v with NoSafetyMargin: set one or the other", w.SafetyMargin)
 	}
 	if w.SoftThreshold > w.Threshold {
 		return bad("SoftThreshold", "soft threshold %v above threshold %v", w.SoftThreshold, w.Threshold)
@@ -177,7 +183,7 @@ func (w Window) Validate() error {
 }
 
 // ratioTokens returns r*n rounded down (up when ceil), treating a float product within 1e-6 of
-// an integer as that integer, and ratios <= 0 (ZeroRatio included) as 0.
+// an integer as that integer, and ratios <= 0 (or NaN) as 0.
 func ratioTokens(r float64, n int, ceil bool) int {
 	if !(r > 0) || n <= 0 {
 		return 0
@@ -192,10 +198,15 @@ func ratioTokens(r float64, n int, ceil bool) int {
 	return int(math.Floor(x))
 }
 
-// MarginTokens is SafetyMargin*Window rounded up (0 for ZeroRatio).
-func (w Window) MarginTokens() int { return ratioTokens(w.SafetyMargin, w.Window, true) }
+// MarginTokens is SafetyMargin*Window rounded up (0 with NoSafetyMargin).
+func (w Window) MarginTokens() int {
+	if w.NoSafetyMargin {
+		return 0
+	}
+	return ratioTokens(w.SafetyMargin, w.Window, true)
+}
 
-// ReserveTokens is Reserve*Window rounded down (0 for ZeroRatio).
+// ReserveTokens is Reserve*Window rounded down.
 func (w Window) ReserveTokens() int { return ratioTokens(w.Reserve, w.Window, false) }
 
 // ThresholdTokens is the compaction limit on input + MaxOutput: Threshold*Window rounded down,

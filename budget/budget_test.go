@@ -34,8 +34,8 @@ func TestWithDefaults(t *testing.T) {
 			Window{Window: 8192, MaxOutput: 2048, Threshold: 0.8, SoftThreshold: 0.6, Reserve: 0.1, SafetyMargin: 0.02}},
 		{"low threshold caps soft", Window{Window: 100000, MaxOutput: 1000, Threshold: 0.5},
 			Window{Window: 100000, MaxOutput: 1000, Threshold: 0.5, SoftThreshold: 0.5, Reserve: 0.1, SafetyMargin: 0.02}},
-		{"ZeroRatio kept", Window{Window: 1000, MaxOutput: 100, Threshold: 0.9, SoftThreshold: 0.7, Reserve: ZeroRatio, SafetyMargin: ZeroRatio},
-			Window{Window: 1000, MaxOutput: 100, Threshold: 0.9, SoftThreshold: 0.7, Reserve: ZeroRatio, SafetyMargin: ZeroRatio}},
+		{"no safety margin", Window{Window: 1000, MaxOutput: 100, Threshold: 0.9, SoftThreshold: 0.7, NoSafetyMargin: true},
+			Window{Window: 1000, MaxOutput: 100, Threshold: 0.9, SoftThreshold: 0.7, Reserve: 0.1, NoSafetyMargin: true}},
 		{"invalid kept", Window{Window: -5, MaxOutput: -1, Threshold: 2},
 			Window{Window: -5, MaxOutput: -1, Threshold: 2, SoftThreshold: 0.6, Reserve: 0.1, SafetyMargin: 0.02}},
 	}
@@ -50,9 +50,9 @@ func TestWithDefaults(t *testing.T) {
 			}
 		})
 	}
-	w := Window{Window: 1000, MaxOutput: 100, SafetyMargin: ZeroRatio}.WithDefaults()
-	if w.MarginTokens() != 0 {
-		t.Fatalf("ZeroRatio margin = %d tokens", w.MarginTokens())
+	w := Window{Window: 1000, MaxOutput: 100, NoSafetyMargin: true}.WithDefaults()
+	if w.MarginTokens() != 0 || w.SafetyMargin != 0 {
+		t.Fatalf("NoSafetyMargin: margin %v, %d tokens", w.SafetyMargin, w.MarginTokens())
 	}
 }
 
@@ -65,7 +65,8 @@ func TestValidate(t *testing.T) {
 		field string // "" = valid
 	}{
 		{"default", ok, ""},
-		{"exact counter", with(func(w *Window) { w.SafetyMargin = ZeroRatio }), ""},
+		{"exact counter", with(func(w *Window) { w.SafetyMargin, w.NoSafetyMargin = 0, true }), ""},
+		{"no margin with a margin", with(func(w *Window) { w.NoSafetyMargin = true }), "SafetyMargin"},
 		{"zero margin and reserve", with(func(w *Window) { w.SafetyMargin = 0; w.Reserve = 0 }), ""},
 		{"threshold 1", with(func(w *Window) { w.Threshold = 1; w.SoftThreshold = 1 }), ""},
 		{"zero max output", with(func(w *Window) { w.MaxOutput = 0 }), ""},
@@ -85,6 +86,8 @@ func TestValidate(t *testing.T) {
 		{"reserve NaN", with(func(w *Window) { w.Reserve = math.NaN() }), "Reserve"},
 		{"margin 1", with(func(w *Window) { w.SafetyMargin = 1 }), "SafetyMargin"},
 		{"margin negative", with(func(w *Window) { w.SafetyMargin = -0.5 }), "SafetyMargin"},
+		{"margin -1, once a sentinel", with(func(w *Window) { w.SafetyMargin = -1 }), "SafetyMargin"},
+		{"reserve -1, once a sentinel", with(func(w *Window) { w.Reserve = -1 }), "Reserve"},
 		{"margin plus output fill window", Window{Window: 1000, MaxOutput: 900, Threshold: 1, SoftThreshold: 1, SafetyMargin: 0.1}, "SafetyMargin"},
 		{"threshold not above output", Window{Window: 1000, MaxOutput: 500, Threshold: 0.5, SoftThreshold: 0.5}, "Threshold"},
 		{"reserve eats compactable zone", Window{Window: 1000, MaxOutput: 500, Threshold: 0.8, SoftThreshold: 0.6, Reserve: 0.3}, "Reserve"},
@@ -156,7 +159,7 @@ func TestBreakdown(t *testing.T) {
 		{"threshold 1 capped by margin", Window{Window: 1000, MaxOutput: 100, Threshold: 1, SoftThreshold: 1, Reserve: 0.1, SafetyMargin: 0.02},
 			Regions{History: 881},
 			want{budget: 880, thrHist: 880, softHist: 880, free: -1, compactable: 781, excess: 1, soft: true, thr: true, over: true}},
-		{"exact counter no margin", Window{Window: 1000, MaxOutput: 100, Threshold: 1, SoftThreshold: 0.5, Reserve: ZeroRatio, SafetyMargin: ZeroRatio},
+		{"exact counter no margin", Window{Window: 1000, MaxOutput: 100, Threshold: 1, SoftThreshold: 0.5, NoSafetyMargin: true},
 			Regions{History: 900},
 			want{budget: 900, thrHist: 900, softHist: 400, free: 0, compactable: 900, soft: true}},
 	}
@@ -219,7 +222,7 @@ func TestRatioTokensRounding(t *testing.T) {
 		{0.1, 3, true, 1},
 		{0.7, 10, false, 7}, // 0.7*10 = 7.000000000000001 in float64
 		{0.29, 100, true, 29},
-		{ZeroRatio, 1000, true, 0},
+		{-1, 1000, true, 0},
 		{math.NaN(), 1000, true, 0},
 	} {
 		if got := ratioTokens(tc.r, tc.n, tc.ceil); got != tc.want {

@@ -116,7 +116,7 @@ type benchSpec struct {
 	Window int           // ctxmgr's window
 	Mem    bool          // ctxmgr on store.NewMemory
 	Shared bool          // ctxmgr with Config.SharedStore (messages written before forwarding)
-	NoCut  bool          // ctxmgr with cut-through forwarding off (Config.CutThroughBytes -1)
+	NoCut  bool          // ctxmgr with cut-through forwarding off (Config.DisableCutThrough)
 	Link   int           // an upstream reading bodies at this many MB/s (0: at once)
 }
 
@@ -149,11 +149,7 @@ func (spec benchSpec) handler(dir string) (h http.Handler, closeFn func(), err e
 		if spec.Mem {
 			sst = store.NewMemory()
 		}
-		cut := 0
-		if spec.NoCut {
-			cut = -1
-		}
-		srv, err := New(Config{UpstreamOpenAI: spec.Target, UpstreamAnthropic: spec.Target, Store: sst, SharedStore: spec.Shared, Window: spec.Window, CutThroughBytes: cut, Logger: quietLogger()})
+		srv, err := New(Config{UpstreamOpenAI: spec.Target, UpstreamAnthropic: spec.Target, Store: sst, SharedStore: spec.Shared, Window: spec.Window, DisableCutThrough: spec.NoCut, Logger: quietLogger()})
 		if err != nil {
 			_ = st.Close()
 			return nil, nil, err

@@ -262,11 +262,11 @@ func TestBufferPoolGrowingConversation(t *testing.T) {
 // decode or the transport still read it is a reported race). With the decode cache off, the
 // exchange alone holds each body until the transport is done with it.
 func TestReusedBodiesArriveIntact(t *testing.T) {
-	t.Run("cache", func(t *testing.T) { testReusedBodies(t, 0) })
-	t.Run("no-cache", func(t *testing.T) { testReusedBodies(t, -1) })
+	t.Run("cache", func(t *testing.T) { testReusedBodies(t, false) })
+	t.Run("no-cache", func(t *testing.T) { testReusedBodies(t, true) })
 }
 
-func testReusedBodies(t *testing.T, cacheBytes int) {
+func testReusedBodies(t *testing.T, noCache bool) {
 	var bad, seen atomic.Int64
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
@@ -278,7 +278,7 @@ func testReusedBodies(t *testing.T, cacheBytes int) {
 		_, _ = io.WriteString(w, `{"id":"c","object":"chat.completion","created":1,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":1,"total_tokens":11}}`)
 	}))
 	defer up.Close()
-	srv, err := New(Config{UpstreamOpenAI: up.URL, Store: store.NewMemory(), Window: 200000, DecodeCacheBytes: cacheBytes, Tune: noCostMask, DisableReadTool: true, Logger: quietLogger()})
+	srv, err := New(Config{UpstreamOpenAI: up.URL, Store: store.NewMemory(), Window: 200000, DisableDecodeCache: noCache, Tune: noCostMask, DisableReadTool: true, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,7 +329,7 @@ func testReusedBodies(t *testing.T, cacheBytes int) {
 		t.Fatalf("%d of %d bodies arrived altered", n, sessions*turns)
 	}
 	want := int64(sessions)
-	if cacheBytes < 0 {
+	if noCache {
 		want = int64(sessions * turns)
 	}
 	if w, c := srv.decodes.whole.Load(), srv.decodes.continued.Load(); w != want || c != int64(sessions*turns)-want {

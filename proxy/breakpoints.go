@@ -6,6 +6,7 @@ import (
 
 	ctxmgr "github.com/ctxmgr/ctxmgr"
 	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/internal/encodecache"
 	"github.com/ctxmgr/ctxmgr/wire"
 )
 
@@ -234,11 +235,11 @@ func withBreakpoint(m chat.Message, v json.RawMessage) (chat.Message, bool) {
 // The prepared request's slice is not modified: a copy is returned when anything changes.
 func placeBreakpoints(msgs []chat.Message, rep ctxmgr.Report, bps []breakpoint, room int) []chat.Message {
 	subs, _ := placeBreakpointsKnown(msgs, rep, bps, room, nil)
-	return wire.Substituted(msgs, subs)
+	return encodecache.Substituted(msgs, subs)
 }
 
 // placeBreakpointsKnown is placeBreakpoints for a caller that encodes the substitutes
-// itself (wire.AppendAnthropicCachedWith), so that the prepared slice, which the next
+// itself (encodecache.AppendAnthropic), so that the prepared slice, which the next
 // request's continues, is never copied: it returns the messages that change, by position,
 // nil when none does. The caller also remembers the messages of its last call that carried
 // no breakpoint: clean (by position) lists them, and a message that is the same value as its

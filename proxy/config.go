@@ -49,18 +49,23 @@ type ModelLimits struct {
 	MaxOutput int    `json:"max_output,omitempty"`
 }
 
-// Config configures a Server. Zero fields take the documented defaults.
+// Config configures a Server (New) or a Transport (NewTransport). The zero value of every
+// field means its documented default, and a Config means the same wherever it came from.
+// Turning a mechanism off is an explicit switch (DisableDecodeCache, DisableCutThrough,
+// DisableReadTool); a negative number is an error (*ConfigError), never a way to say off.
 type Config struct {
 	// UpstreamOpenAI and UpstreamAnthropic are the base URLs requests are forwarded to, e.g.
-	// "https://api.openai.com" and "https://api.anthropic.com". The request path is appended
-	// ("/v1/chat/completions"); a base that already ends in "/v1" is not doubled.
+	// "https://api.openai.com" and "https://api.anthropic.com": http:// or https:// with a
+	// host. The request path is appended ("/v1/chat/completions"); a base that already ends
+	// in "/v1" is not doubled. Default: none; a Server needs at least one upstream (these,
+	// UpstreamGemini or Routes).
 	UpstreamOpenAI    string
 	UpstreamAnthropic string
 	// UpstreamGemini is the base URL Gemini API requests are forwarded to, e.g.
 	// "https://generativelanguage.googleapis.com" (the path, "/v1beta/models/...", is
-	// appended).
+	// appended). Default: none.
 	UpstreamGemini string
-	// Routes choose an upstream by model prefix (config-file alternative).
+	// Routes choose an upstream by model prefix (config-file alternative). Default: none.
 	Routes []Route
 
 	// Store keeps sessions. Default: a new in-memory store (nothing survives a restart).
@@ -77,44 +82,57 @@ type Config struct {
 	// client gets 503 and retries: nothing is lost and nothing goes unmanaged, but the
 	// upstream call was wasted.
 	SharedStore bool
-	// Window is the context window of models that no Models entry names. Zero means: the
-	// built-in table of common models (knownWindows: gpt-4o 128000, claude-* 200000, ...), and
-	// 200000 for the others.
+	// Window is the context window in tokens of models that no Models entry names. Zero: the
+	// built-in table of common models (gpt-4o 128000, claude-* 200000, ...; see
+	// docs/configuration.md), and 200000 for the others. A non-zero Window applies to every
+	// model no Models entry names.
 	Window int
-	// MaxOutput is the reply size reserved when a request carries no max_tokens /
-	// max_completion_tokens. Default: the budget default (32000, at most a quarter of the window).
+	// MaxOutput is the reply size in tokens reserved when a request carries no max_tokens /
+	// max_completion_tokens. Zero: the budget default (32000, at most a quarter of the
+	// window).
 	MaxOutput int
-	// Models are per-model overrides of Window and MaxOutput.
+	// Models are per-model overrides of Window and MaxOutput (longest prefix wins). Default:
+	// none.
 	Models []ModelLimits
-	// Preset names the ctxmgr preset (ctxmgr.Presets). Default "default".
+	// Preset names the ctxmgr preset (ctxmgr.Presets). Zero: "default".
 	Preset string
-	// Summarizer, if set, replaces the preset's (extractive) summarizer.
+	// Summarizer, if set, replaces the preset's (extractive) summarizer. Default: none.
 	Summarizer summarize.Summarizer
 	// SummarizerName describes Summarizer in /context, e.g. "LLM gpt-4o-mini (openai) at
-	// https://api.openai.com/v1, ...". Default: "extractive" without a Summarizer, "custom"
+	// https://api.openai.com/v1, ...". Zero: "extractive" without a Summarizer, "custom"
 	// with one.
 	SummarizerName string
 	// DecodeCacheBytes bounds the request bodies kept (the capacity of their buffers) so
 	// that the next request of a conversation is decoded only where it differs (see
-	// decode.go). Default 64 MiB; negative: off.
+	// decode.go). Zero: 64 MiB. DisableDecodeCache turns the cache off.
 	DecodeCacheBytes int
+	// DisableDecodeCache turns the decode cache off: every body is decoded whole. It turns
+	// cut-through forwarding off too (the cache holds its prediction). Default false.
+	DisableDecodeCache bool
 	// CutThroughBytes: a body of at least this many bytes whose conversation's previous body
 	// was forwarded as the client sent it starts upstream while it is read, all but its last
 	// byte, which goes once the proxy has decided to forward it as it is (see cutthrough.go;
-	// the decode cache holds the prediction). Default 32 KiB (bodies of 1 KiB or less never
-	// are); negative: off, every body is read whole before anything goes upstream.
+	// the decode cache holds the prediction). Zero: 32 KiB for a Server (bodies of 1 KiB or
+	// less never are); for a Transport, cut-through is off unless CutThroughBytes is set.
+	// DisableCutThrough turns it off.
 	CutThroughBytes int
+	// DisableCutThrough turns cut-through forwarding off: every body is read whole before
+	// anything goes upstream. Default false.
+	DisableCutThrough bool
 	// Tune, if set, adjusts each Manager's configuration after the preset is applied: a
 	// program that embeds the proxy declares its agent's own tools there, say (see
-	// ExampleConfig_tune). The configuration already has its defaults (ctxmgr.Preset): what
-	// Tune sets is used as set, zeros included, and values derived from others (such as
-	// RequestedReadCap from ToolResultCap) do not follow a change; set them too.
+	// ExampleConfig_tune). The configuration is the preset's (ctxmgr.Preset) with what the
+	// proxy sets: Prices, Store, Logger, OnEvent, the Counter unless the preset has its own,
+	// Summarizer when the proxy has one, and ToolResultCap at most the
+	// window. As in any ctxmgr.Config, a zero field means its default (ctxmgr.New fills it).
+	// With an exact counter the proxy sets Budget.NoSafetyMargin: a Tune that sets
+	// Budget.SafetyMargin sets NoSafetyMargin to false too. Default: none.
 	Tune func(*ctxmgr.Config)
 
-	// MaxBodyBytes bounds a request body; larger ones get 413. Default 32 MiB.
+	// MaxBodyBytes bounds a request body in bytes; larger ones get 413. Zero: 32 MiB.
 	MaxBodyBytes int64
 	// UpstreamTimeout bounds the wait for the upstream's response headers (a stream then runs
-	// as long as the upstream streams). Default 10 minutes.
+	// as long as the upstream streams). Zero: 10 minutes. Ignored when HTTPClient is set.
 	UpstreamTimeout time.Duration
 	// HTTPClient sends upstream requests. Default: a client with UpstreamTimeout as its
 	// response-header timeout and no overall timeout. For NewTransport, its Transport is also
@@ -122,7 +140,7 @@ type Config struct {
 	// client over http.DefaultTransport.
 	HTTPClient *http.Client
 	// Logger receives structured logs (one record per request, with the session id). API keys
-	// and other header values are never logged. Default slog.Default().
+	// and other header values are never logged. Default (nil): slog.Default().
 	Logger *slog.Logger
 	// Registry receives the Prometheus metrics; /metrics serves it when it is also a
 	// prometheus.Gatherer. Default: a registry of the Server's own.
@@ -130,17 +148,18 @@ type Config struct {
 
 	// MaxSessions bounds the sessions kept in memory (least recently used are dropped and
 	// reloaded from the Store when they come back). A session a request is using is never
-	// dropped: the cache holds more while more are in use. Default 1024.
+	// dropped: the cache holds more while more are in use. Zero: 1024.
 	MaxSessions int
 	// DisableReadTool turns off the ctxmgr_read tool (see the package documentation): offload
 	// references then only name Store locations (use a files store in a directory the agent
-	// can read).
+	// can read). Default false.
 	DisableReadTool bool
-	// MaxReads bounds the ctxmgr_read round trips answered for one client request. Default 3.
+	// MaxReads bounds the ctxmgr_read round trips answered for one client request. Zero: 3.
+	// DisableReadTool turns the tool off.
 	MaxReads int
 	// ProviderContext chooses, per upstream, who answers the providers' own context
 	// management (native.go): keys are upstream base URLs as configured, their hosts, or "*"
-	// for every upstream; absent upstreams are ProviderContextAuto.
+	// for every upstream; absent upstreams are ProviderContextAuto. Default: none (auto).
 	ProviderContext map[string]ProviderContextMode
 
 	// UILoopback says that the Handler is served on a loopback address only (ctxmgr serve
@@ -149,21 +168,33 @@ type Config struct {
 	// is set, and /ui/ answers 403.
 	UILoopback bool
 	// UIToken, if set, must be carried by every inspector request, on any address: as
-	// "Authorization: Bearer TOKEN", or as the cookie a first "?token=TOKEN" sets.
+	// "Authorization: Bearer TOKEN", or as the cookie a first "?token=TOKEN" sets. Default:
+	// none.
 	UIToken string
+}
 
-	// knownWindows is set when Window was left zero: then the built-in table of common models
-	// applies before the 200000 default. An explicit Window applies to every model that no
-	// Models entry names.
-	knownWindows bool
+// ConfigError reports an invalid Config field: New and NewTransport return one for the first
+// they find. errors.Is(err, ctxmgr.ErrInvalidConfig) holds.
+type ConfigError struct {
+	// Field names the field at fault as it is written in Go: "MaxBodyBytes", "Routes[1].URL",
+	// "UpstreamOpenAI", ...
+	Field string
+	// Reason says what is wrong, with the values.
+	Reason string
+}
+
+func (e *ConfigError) Error() string { return "proxy: " + e.Field + ": " + e.Reason }
+
+// Unwrap returns ctxmgr.ErrInvalidConfig.
+func (e *ConfigError) Unwrap() error { return ctxmgr.ErrInvalidConfig }
+
+func configErr(field, format string, args ...any) error {
+	return &ConfigError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
 func (c Config) withDefaults() Config {
 	if c.Store == nil {
 		c.Store = store.NewMemory()
-	}
-	if c.Window == 0 {
-		c.Window, c.knownWindows = 200000, true
 	}
 	if c.Preset == "" {
 		c.Preset = ctxmgr.PresetDefault
@@ -195,7 +226,7 @@ func (c Config) withDefaults() Config {
 	if c.MaxReads == 0 {
 		c.MaxReads = 3
 	}
-	if c.DecodeCacheBytes == 0 {
+	if c.DecodeCacheBytes == 0 && !c.DisableDecodeCache {
 		c.DecodeCacheBytes = 64 << 20
 	}
 	if c.CutThroughBytes == 0 {
@@ -204,43 +235,65 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// validate checks c; addressed: the requests name their upstream (Transport), none need be
-// configured.
+// decodeCacheLimit is the decode cache's bound in bytes: 0 when it is off.
+func (c *Config) decodeCacheLimit() int {
+	if c.DisableDecodeCache {
+		return 0
+	}
+	return c.DecodeCacheBytes
+}
+
+// validate checks c and returns the first invalid field as a *ConfigError; addressed: the
+// requests name their upstream (Transport), none need be configured.
 func (c Config) validate(addressed bool) error {
 	if !addressed && c.UpstreamOpenAI == "" && c.UpstreamAnthropic == "" && c.UpstreamGemini == "" && len(c.Routes) == 0 {
-		return fmt.Errorf("proxy: no upstream: set UpstreamOpenAI, UpstreamAnthropic, UpstreamGemini or Routes")
+		return configErr("UpstreamOpenAI", "no upstream: set UpstreamOpenAI, UpstreamAnthropic, UpstreamGemini or Routes")
 	}
-	for name, u := range map[string]string{"UpstreamOpenAI": c.UpstreamOpenAI, "UpstreamAnthropic": c.UpstreamAnthropic, "UpstreamGemini": c.UpstreamGemini} {
-		if u != "" && !isHTTPURL(u) {
-			return fmt.Errorf("proxy: %s %q: want an http:// or https:// URL with a host", name, u)
+	for _, u := range []struct{ field, url string }{
+		{"UpstreamOpenAI", c.UpstreamOpenAI}, {"UpstreamAnthropic", c.UpstreamAnthropic}, {"UpstreamGemini", c.UpstreamGemini},
+	} {
+		if u.url != "" && !isHTTPURL(u.url) {
+			return configErr(u.field, "%q: want an http:// or https:// URL with a host", u.url)
 		}
 	}
 	if !ctxmgr.IsPreset(c.Preset) {
-		return fmt.Errorf("proxy: unknown preset %q (known: %v)", c.Preset, ctxmgr.Presets())
+		return configErr("Preset", "unknown preset %q (known: %v)", c.Preset, ctxmgr.Presets())
 	}
-	if c.Window <= 0 {
-		return fmt.Errorf("proxy: window %d must be positive", c.Window)
-	}
-	for _, r := range c.Routes {
+	for i, r := range c.Routes {
 		if r.Format != FormatOpenAI && r.Format != FormatAnthropic && r.Format != FormatGemini {
-			return fmt.Errorf("proxy: route %q: format %q must be openai, anthropic or gemini", r.ModelPrefix, r.Format)
+			return configErr(fmt.Sprintf("Routes[%d].Format", i), "route %q: format %q must be openai, anthropic or gemini", r.ModelPrefix, r.Format)
 		}
 		if !isHTTPURL(r.URL) {
-			return fmt.Errorf("proxy: route %q: url %q: want an http:// or https:// URL with a host", r.ModelPrefix, r.URL)
+			return configErr(fmt.Sprintf("Routes[%d].URL", i), "route %q: url %q: want an http:// or https:// URL with a host", r.ModelPrefix, r.URL)
 		}
 	}
-	for _, m := range c.Models {
+	for i, m := range c.Models {
 		if m.Window <= 0 || m.MaxOutput < 0 {
-			return fmt.Errorf("proxy: model limits %q: window %d, max_output %d", m.Prefix, m.Window, m.MaxOutput)
+			return configErr(fmt.Sprintf("Models[%d]", i), "model limits %q: window %d must be positive, max_output %d not negative", m.Prefix, m.Window, m.MaxOutput)
 		}
 	}
 	for k, m := range c.ProviderContext {
 		if _, err := ParseProviderContextMode(string(m)); err != nil {
-			return fmt.Errorf("proxy: provider context of %q: %w", k, err)
+			return configErr(fmt.Sprintf("ProviderContext[%q]", k), "%v", err)
 		}
 	}
-	if c.MaxBodyBytes < 0 || c.MaxSessions < 0 || c.MaxReads < 0 {
-		return fmt.Errorf("proxy: negative limit")
+	for _, n := range []struct {
+		field string
+		v     int64
+		off   string // the switch that turns it off, if any
+	}{
+		{"Window", int64(c.Window), ""}, {"MaxOutput", int64(c.MaxOutput), ""},
+		{"DecodeCacheBytes", int64(c.DecodeCacheBytes), "DisableDecodeCache"},
+		{"CutThroughBytes", int64(c.CutThroughBytes), "DisableCutThrough"},
+		{"MaxBodyBytes", c.MaxBodyBytes, ""}, {"UpstreamTimeout", int64(c.UpstreamTimeout), ""},
+		{"MaxSessions", int64(c.MaxSessions), ""}, {"MaxReads", int64(c.MaxReads), "DisableReadTool"},
+	} {
+		switch {
+		case n.v < 0 && n.off != "":
+			return configErr(n.field, "%d < 0 (0 means the default; %s turns it off)", n.v, n.off)
+		case n.v < 0:
+			return configErr(n.field, "%d < 0 (0 means the default)", n.v)
+		}
 	}
 	return nil
 }
@@ -301,7 +354,8 @@ var knownWindows = []ModelLimits{
 }
 
 // limits returns the window and default reply size for a model: the operator's Models entry
-// with the longest matching prefix, else the known window of the model, else Window.
+// with the longest matching prefix, else Window when it is set, else the known window of the
+// model, else 200000.
 func (c *Config) limits(model string) (window, maxOutput int) {
 	window, maxOutput = c.Window, c.MaxOutput
 	if m, ok := longestPrefix(c.Models, model); ok {
@@ -311,11 +365,15 @@ func (c *Config) limits(model string) (window, maxOutput int) {
 		}
 		return window, maxOutput
 	}
+	if window > 0 {
+		return window, maxOutput
+	}
+	window = 200000
 	name := model
 	if i := strings.LastIndexByte(name, '/'); i >= 0 {
 		name = name[i+1:]
 	}
-	if m, ok := longestPrefix(knownWindows, name); ok && c.knownWindows {
+	if m, ok := longestPrefix(knownWindows, name); ok {
 		window = m.Window
 	}
 	return window, maxOutput

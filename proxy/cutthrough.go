@@ -30,7 +30,7 @@ import (
 // cannot act on a request before the last byte its Content-Length announces, and an
 // aborted one ends before that byte (HTTP/1.1 closes the connection, HTTP/2 resets the
 // stream). A misprediction costs the bytes sent and, on HTTP/1.1, the connection. Both
-// outcomes are counted (ctxmgr_cut_through_total), and Config.CutThroughBytes turns it off.
+// outcomes are counted (ctxmgr_cut_through_total), and Config.DisableCutThrough turns it off.
 
 // cutThrough is one upstream request started while the client's body is being read.
 type cutThrough struct {
@@ -263,7 +263,7 @@ func (r *cutReader) Close() error {
 // cutsThrough reports whether a body of n bytes may go upstream while it is read: the first
 // kilobyte must name the conversation, and the rest be worth streaming.
 func (s *Server) cutsThrough(n int64) bool {
-	return s.cfg.CutThroughBytes >= 0 && n <= s.cfg.MaxBodyBytes && n >= int64(max(s.cfg.CutThroughBytes, headLen+1))
+	return !s.cfg.DisableCutThrough && n <= s.cfg.MaxBodyBytes && n >= int64(max(s.cfg.CutThroughBytes, headLen+1))
 }
 
 // comparedBytes is the size from which a body is compared with the one it is expected to

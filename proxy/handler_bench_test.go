@@ -37,12 +37,8 @@ func (s stubUpstream) RoundTrip(r *http.Request) (*http.Response, error) {
 // newStubbedProxy is a proxy on a memory store whose upstream answers at once, without a
 // network; cut-through forwarding is off unless cut.
 func newStubbedProxy(b *testing.B, cut bool) http.Handler {
-	cutBytes := -1
-	if cut {
-		cutBytes = 0 // the default
-	}
 	srv, err := New(Config{UpstreamOpenAI: "http://upstream.invalid", UpstreamAnthropic: "http://upstream.invalid",
-		Store: store.NewMemory(), Window: 1000000, CutThroughBytes: cutBytes, Logger: quietLogger(),
+		Store: store.NewMemory(), Window: 1000000, DisableCutThrough: !cut, Logger: quietLogger(),
 		HTTPClient: &http.Client{Transport: stubUpstream{benchUpstream(0)}}})
 	if err != nil {
 		b.Fatal(err)

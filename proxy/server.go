@@ -23,6 +23,7 @@ import (
 
 	ctxmgr "github.com/ctxmgr/ctxmgr"
 	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/internal/encodecache"
 	"github.com/ctxmgr/ctxmgr/internal/redact"
 	"github.com/ctxmgr/ctxmgr/provider"
 	"github.com/ctxmgr/ctxmgr/tokens"
@@ -88,7 +89,7 @@ func newServer(cfg Config, addressed bool) (*Server, error) {
 		exact:       map[string]tokens.Counter{},
 		sessions:    map[string]*psession{},
 		lru:         list.New(),
-		decodes:     newDecodeCache(cfg.DecodeCacheBytes),
+		decodes:     newDecodeCache(cfg.decodeCacheLimit()),
 		flushers:    newFlushers(),
 	}
 	// Load the default vocabulary now rather than in the first request.
@@ -922,13 +923,13 @@ func (x *exchange) encodeBody(out *chat.Request) ([]byte, error) {
 func (x *exchange) encodeSession(out *chat.Request, dst []byte) ([]byte, error) {
 	switch x.format {
 	case FormatAnthropic:
-		return wire.AppendAnthropicCachedWith(dst, out, x.ps.blocks, x.subs)
+		return encodecache.AppendAnthropic(dst, out, x.ps.blocks, x.subs)
 	case FormatResponses:
-		return wire.AppendResponsesCached(dst, out, x.ps.blocks)
+		return encodecache.AppendResponses(dst, out, x.ps.blocks)
 	case FormatGemini:
-		return wire.AppendGeminiCached(dst, out, x.ps.blocks)
+		return encodecache.AppendGemini(dst, out, x.ps.blocks)
 	case FormatOpenAI:
-		return wire.AppendOpenAICached(dst, out, x.ps.blocks)
+		return encodecache.AppendOpenAI(dst, out, x.ps.blocks)
 	}
 	return wire.Encode(x.format, out)
 }

@@ -18,11 +18,10 @@ import (
 	"unsafe"
 
 	ctxmgr "github.com/ctxmgr/ctxmgr"
-	"github.com/ctxmgr/ctxmgr/budget"
 	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/internal/encodecache"
 	"github.com/ctxmgr/ctxmgr/store"
 	"github.com/ctxmgr/ctxmgr/tokens"
-	"github.com/ctxmgr/ctxmgr/wire"
 )
 
 // managerKey identifies one Manager configuration: the window, the reply reserve, the token
@@ -95,7 +94,7 @@ func (s *Server) manager(f Format, model string, window, maxOutput int) (*manage
 				s.exact[enc] = c
 			}
 			cfg.Counter = c
-			cfg.Budget.SafetyMargin = budget.ZeroRatio
+			cfg.Budget.NoSafetyMargin = true
 		} else {
 			cfg.Counter = s.cal.Counter(model)
 		}
@@ -282,8 +281,8 @@ type psession struct {
 	// first, at most recentBranches; nil if none. Replaced whole, never modified.
 	branches atomic.Pointer[[]string]
 	// blocks holds the encodings of the messages of the last body encoded for the session
-	// (server.go, encodeSession; wire.EncodeCache).
-	blocks *wire.EncodeCache
+	// (server.go, encodeSession; encodecache.Cache).
+	blocks *encodecache.Cache
 	// counted: the last request sent, counted for the calibrator (server.go, observeUsage).
 	counted sentCount
 	// clean: the prepared messages of the last Anthropic request, when none carried a
@@ -311,7 +310,7 @@ func (s *Server) acquire(id string) *psession {
 	s.sessMu.Lock()
 	ps := s.sessions[id]
 	if ps == nil {
-		ps = &psession{id: id, blocks: wire.NewEncodeCache()}
+		ps = &psession{id: id, blocks: encodecache.New()}
 		s.sessions[id] = ps
 		ps.elem = s.lru.PushFront(ps)
 		for e := s.lru.Back(); e != nil && s.lru.Len() > s.cfg.MaxSessions; {

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	ctxmgr "github.com/ctxmgr/ctxmgr"
-	"github.com/ctxmgr/ctxmgr/budget"
 	"github.com/ctxmgr/ctxmgr/chat"
 	"github.com/ctxmgr/ctxmgr/store"
 	"github.com/ctxmgr/ctxmgr/tokens"
@@ -110,7 +109,7 @@ func LoadStored(ctx context.Context, st store.Store, id string, o StoredOverride
 		}
 		cfg.Counter, out.Counter = c, snap.Counter
 		// As the proxy does for an exact count: no safety margin.
-		cfg.Budget.SafetyMargin = budget.ZeroRatio
+		cfg.Budget.NoSafetyMargin = true
 	case found && snap.Counter != "":
 		cfg.Counter = tokens.NewCalibrator(tokens.NewHeuristic(tokens.HeuristicOptions{}), tokens.CalibratorOptions{}).Counter(strings.TrimPrefix(snap.Counter, "cal:"))
 		out.Counter = "heuristic estimate"

@@ -39,14 +39,15 @@ type Transport struct {
 // UpstreamOpenAI, UpstreamAnthropic and Routes are optional and unused (each request names its
 // upstream); the base transport is cfg.HTTPClient's Transport, default http.DefaultTransport
 // (the managed requests go out through cfg.HTTPClient, default a client over that transport,
-// without timeout: the caller's context bounds them); CutThroughBytes defaults to off (a
-// body held in memory gains nothing from going upstream while it is read).
+// without timeout: the caller's context bounds them); cut-through forwarding is off unless
+// CutThroughBytes is set (a body held in memory gains nothing from going upstream while it is
+// read).
 func NewTransport(cfg Config) (*Transport, error) {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Transport: http.DefaultTransport}
 	}
 	if cfg.CutThroughBytes == 0 {
-		cfg.CutThroughBytes = -1
+		cfg.DisableCutThrough = true
 	}
 	s, err := newServer(cfg, true)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 
 	ctxmgr "github.com/ctxmgr/ctxmgr"
 	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/internal/encodecache"
 	"github.com/ctxmgr/ctxmgr/internal/fakeupstream"
 	"github.com/ctxmgr/ctxmgr/proxy/sse"
 	"github.com/ctxmgr/ctxmgr/tokens"
@@ -187,6 +188,10 @@ func TestModelLimits(t *testing.T) {
 		{def, "claude-sonnet-4-5", 200000},
 		{def, "my-local-llama", 200000},
 		{Config{Window: 9000}.withDefaults(), "gpt-4o", 9000},
+		{Config{Window: 200000}.withDefaults(), "gpt-4o", 200000},
+		// A Config made of the defaulted one's values means the same.
+		{Config{Window: def.Window, MaxOutput: def.MaxOutput}.withDefaults(), "gpt-4o", 128000},
+		{def.withDefaults(), "gpt-4o", 128000},
 		{Config{Models: []ModelLimits{{Prefix: "gpt-4o", Window: 64000}}}.withDefaults(), "gpt-4o-mini", 64000},
 	}
 	for _, c := range cases {
@@ -298,12 +303,12 @@ func TestPlaceBreakpointsKnown(t *testing.T) {
 		t.Fatal("placeBreakpoints: the breakpoint is not on the copy only")
 	}
 	subs, clean := placeBreakpointsKnown(msgs, rep, bps, 4, nil)
-	if !reflect.DeepEqual(wire.Substituted(msgs, subs), want) || len(subs) != 1 || len(clean) != 3 {
+	if !reflect.DeepEqual(encodecache.Substituted(msgs, subs), want) || len(subs) != 1 || len(clean) != 3 {
 		t.Fatalf("first call: %d substitutes, %d clean", len(subs), len(clean))
 	}
 	// The same messages again, known clean: the same result.
 	subs, _ = placeBreakpointsKnown(msgs, rep, bps, 4, clean)
-	if !reflect.DeepEqual(wire.Substituted(msgs, subs), want) {
+	if !reflect.DeepEqual(encodecache.Substituted(msgs, subs), want) {
 		t.Fatal("known-clean call differs")
 	}
 	// A message that carries a breakpoint (a changed value) is searched, stripped, and the
@@ -312,7 +317,7 @@ func TestPlaceBreakpointsKnown(t *testing.T) {
 	marked[0].Extra = map[string]json.RawMessage{"block.": json.RawMessage(`{"cache_control":{"type":"ephemeral"}}`)}
 	marked[0].Wire = "anthropic"
 	subs, clean2 := placeBreakpointsKnown(marked, rep, bps, 4, clean)
-	if clean2 != nil || !reflect.DeepEqual(wire.Substituted(marked, subs), placeBreakpoints(marked, rep, bps, 4)) || breakpointOf(&marked[0]) == nil {
+	if clean2 != nil || !reflect.DeepEqual(encodecache.Substituted(marked, subs), placeBreakpoints(marked, rep, bps, 4)) || breakpointOf(&marked[0]) == nil {
 		t.Fatalf("a message with a breakpoint: clean %d", len(clean2))
 	}
 	// A call whose slice continues the clean one's array (as Prepare extends its slice) is
@@ -323,7 +328,7 @@ func TestPlaceBreakpointsKnown(t *testing.T) {
 	grown := append(base, chat.TextMessage(chat.RoleAssistant, "d"), chat.TextMessage(chat.RoleUser, "e"))
 	moved := []breakpoint{{0, v}, {4, v}}
 	subs, clean3 := placeBreakpointsKnown(grown, rep, moved, 4, clean)
-	got := wire.Substituted(grown, subs)
+	got := encodecache.Substituted(grown, subs)
 	if !reflect.DeepEqual(got, placeBreakpoints(grown, rep, moved, 4)) || len(clean3) != len(grown) {
 		t.Fatalf("continued slice: %+v, clean %d", got, len(clean3))
 	}

@@ -24,7 +24,6 @@ import (
 	"time"
 
 	ctxmgr "github.com/ctxmgr/ctxmgr"
-	"github.com/ctxmgr/ctxmgr/budget"
 	"github.com/ctxmgr/ctxmgr/chat"
 	"github.com/ctxmgr/ctxmgr/store"
 	"github.com/ctxmgr/ctxmgr/summarize"
@@ -756,7 +755,7 @@ func (r *runner) manager(strategy string, t *Trajectory) (*ctxmgr.Manager, *ctxm
 		// is: share it (and its cache of counts) instead of counting every message again. The
 		// default counter comes with no safety margin (Config.WithDefaults); keep it so.
 		cfg.Counter = r.opts.Counter
-		cfg.Budget.SafetyMargin = budget.ZeroRatio
+		cfg.Budget.NoSafetyMargin = true
 	}
 	if prof, err := ProfileByName(r.opts.Profile); err == nil && cfg.Prices == (ctxmgr.Prices{}) {
 		// Rewrites are decided under the prices the replay bills (--profile).

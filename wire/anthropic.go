@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"slices"
 
 	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/internal/encodecache"
 )
 
 // DecodeAnthropic decodes an Anthropic messages request body. The top-level system field
@@ -392,59 +392,23 @@ func decodeAnthropicTool(raw json.RawMessage) (chat.Tool, error) {
 // any later ones) go to the top-level system field; runs of tool results become tool_result
 // blocks of one user message.
 func EncodeAnthropic(r *chat.Request) ([]byte, error) {
-	return EncodeAnthropicCached(r, nil)
+	return appendAnthropic(nil, r, nil, nil)
 }
 
-// EncodeAnthropicCached is EncodeAnthropic for a caller that encodes a growing conversation
-// again and again (a proxy, once per request): the content of each message is taken from c
-// when c encoded the same message in the previous call, so that a request costs what its new
-// and changed messages cost. A nil c encodes everything. The body is the one EncodeAnthropic
-// gives.
-func EncodeAnthropicCached(r *chat.Request, c *EncodeCache) ([]byte, error) {
-	return AppendAnthropicCached(nil, r, c)
-}
-
-// AppendAnthropicCached is EncodeAnthropicCached appending the body to dst and returning the
-// extended buffer, so that a caller sending body after body can reuse one (dst[:0]).
-func AppendAnthropicCached(dst []byte, r *chat.Request, c *EncodeCache) ([]byte, error) {
-	return AppendAnthropicCachedWith(dst, r, c, nil)
-}
-
-// Substituted returns msgs with the message at each position that is a key of subs replaced
-// by its value (positions outside msgs are ignored): msgs itself when subs is empty, else a
-// copy. It is what AppendAnthropicCachedWith encodes.
-func Substituted(msgs []chat.Message, subs map[int]chat.Message) []chat.Message {
-	if len(subs) == 0 {
-		return msgs
-	}
-	out := slices.Clone(msgs)
-	for k, m := range subs {
-		if k >= 0 && k < len(out) {
-			out[k] = m
-		}
-	}
-	return out
-}
-
-// AppendAnthropicCachedWith is AppendAnthropicCached for r with the message at each position
-// that is a key of subs encoded as its value instead: a caller that changes a few messages of
-// a long request (a proxy moving cache breakpoints) passes the rest as they are, in the array
-// it passed the last time. Then the groups of messages the two calls share, that no substitute
-// touches now or touched then, are reused by position without a look at their messages (the
-// array is the same and never modified: the contract of EncodeCache), and the call costs what
-// its new and changed messages cost. subs must not be modified after the call (c keeps it
-// until the next). The body is the one EncodeAnthropic gives for the substituted messages.
-func AppendAnthropicCachedWith(dst []byte, r *chat.Request, c *EncodeCache, subs map[int]chat.Message) ([]byte, error) {
-	memo := c.begin(Anthropic)
+// appendAnthropic is EncodeAnthropic appending the body to dst, for r with the message at
+// each position that is a key of subs encoded as its value instead, the messages c holds from
+// its last call taken from c (encodecache.AppendAnthropic).
+func appendAnthropic(dst []byte, r *chat.Request, c *encodecache.Cache, subs map[int]chat.Message) ([]byte, error) {
+	memo := c.Begin(string(Anthropic))
 	if memo != nil {
-		memo.setSubs(subs)
+		memo.SetSubs(subs)
 	} else if len(subs) > 0 {
-		// Another call holds the cache: encode a substituted copy without it.
+		// No cache, or another call holds it: encode a substituted copy without it.
 		rr := *r
-		rr.Messages = Substituted(r.Messages, subs)
+		rr.Messages = encodecache.Substituted(r.Messages, subs)
 		r = &rr
 	}
-	defer c.end(memo)
+	defer c.End(memo)
 	top, err := withExtras(r.Wire, Anthropic, r.Extra)
 	if err != nil {
 		return nil, fmt.Errorf("wire: %w", err)
@@ -513,7 +477,7 @@ func EncodeAnthropicMessages(msgs []chat.Message) (json.RawMessage, error) {
 	return encodeAnthropicMessages(msgs, nil)
 }
 
-func encodeAnthropicMessages(msgs []chat.Message, memo *encodeMemo) (json.RawMessage, error) {
+func encodeAnthropicMessages(msgs []chat.Message, memo *encodecache.Memo) (json.RawMessage, error) {
 	out, err := anthropicMessages(msgs, memo)
 	if err != nil {
 		return nil, err
@@ -522,11 +486,11 @@ func encodeAnthropicMessages(msgs []chat.Message, memo *encodeMemo) (json.RawMes
 }
 
 // anthropicMessages encodes msgs as the elements of an Anthropic messages array.
-func anthropicMessages(msgs []chat.Message, memo *encodeMemo) ([]json.RawMessage, error) {
+func anthropicMessages(msgs []chat.Message, memo *encodecache.Memo) ([]json.RawMessage, error) {
 	out := make([]json.RawMessage, 0, len(msgs))
 	for i := 0; i < len(msgs); {
-		j := memo.groupEnd(msgs, i)
-		b, err := memo.group(msgs, i, j, func() ([]byte, error) { return encodeAnthropicGroup(memo.effective(msgs, i, j), i) })
+		j := memo.GroupEnd(msgs, i, anthropicGroupEndOf)
+		b, err := memo.Group(msgs, i, j, func() ([]byte, error) { return encodeAnthropicGroup(memo.Effective(msgs, i, j), i) })
 		if err != nil {
 			return nil, err
 		}
@@ -536,13 +500,8 @@ func anthropicMessages(msgs []chat.Message, memo *encodeMemo) ([]json.RawMessage
 	return out, nil
 }
 
-// anthropicGroupEnd returns the end of the Anthropic message that begins with msgs[i]: the
-// neutral messages after it that join it.
-func anthropicGroupEnd(msgs []chat.Message, i int) int {
-	return anthropicGroupEndOf(len(msgs), func(k int) *chat.Message { return &msgs[k] }, i)
-}
-
-// anthropicGroupEndOf is anthropicGroupEnd for n messages, message k being at(k).
+// anthropicGroupEndOf returns the end of the Anthropic message that begins with message i of
+// n, message k being at(k): the neutral messages after it that join it.
 func anthropicGroupEndOf(n int, at func(int) *chat.Message, i int) int {
 	role := anthropicRole(at(i))
 	j := i + 1

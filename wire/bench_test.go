@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/internal/encodecache"
 )
 
 // benchBody is an OpenAI agent request of about n turns: a user request, an assistant tool
@@ -86,7 +87,7 @@ func BenchmarkEncode(b *testing.B) {
 }
 
 // BenchmarkEncodeGrowing encodes a ~100K-token conversation as OpenAI and Anthropic bodies,
-// one more message each time, whole and with an EncodeCache (what the proxy does per request
+// one more message each time, whole and with an encode cache (what the proxy does per request
 // it rewrites), side by side.
 func BenchmarkEncodeGrowing(b *testing.B) {
 	req, err := DecodeOpenAI(benchBody(130))
@@ -96,12 +97,14 @@ func BenchmarkEncodeGrowing(b *testing.B) {
 	all := req.Messages
 	for _, f := range []struct {
 		name   string
-		cached func([]byte, *chat.Request, *EncodeCache) ([]byte, error)
-	}{{"openai", AppendOpenAICached}, {"anthropic", AppendAnthropicCached}} {
+		cached func([]byte, *chat.Request, *encodecache.Cache) ([]byte, error)
+	}{{"openai", encodecache.AppendOpenAI}, {"anthropic", func(dst []byte, r *chat.Request, c *encodecache.Cache) ([]byte, error) {
+		return encodecache.AppendAnthropic(dst, r, c, nil)
+	}}} {
 		for _, c := range []struct {
 			name  string
-			cache *EncodeCache
-		}{{"whole", nil}, {"cached", NewEncodeCache()}} {
+			cache *encodecache.Cache
+		}{{"whole", nil}, {"cached", encodecache.New()}} {
 			b.Run(f.name+"-"+c.name, func(b *testing.B) {
 				b.ReportAllocs()
 				start := len(all) - 100

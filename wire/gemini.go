@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/internal/encodecache"
 )
 
 // Gemini is the Gemini API format (POST /v1beta/models/{model}:generateContent and
@@ -542,14 +543,14 @@ func geminiToolName(o object) string {
 // EncodeGemini encodes a request as a Gemini generateContent body (see DecodeGemini for the
 // mapping).
 func EncodeGemini(r *chat.Request) ([]byte, error) {
-	return AppendGeminiCached(nil, r, nil)
+	return appendGemini(nil, r, nil)
 }
 
-// AppendGeminiCached is EncodeGemini appending the body to dst, taking the contents of
-// messages c encoded in its previous call from c (see EncodeCache; nil encodes everything).
-func AppendGeminiCached(dst []byte, r *chat.Request, c *EncodeCache) ([]byte, error) {
-	memo := c.begin(Gemini)
-	defer c.end(memo)
+// appendGemini is EncodeGemini appending the body to dst, the contents of the messages c
+// holds from its last call taken from c (encodecache.AppendGemini).
+func appendGemini(dst []byte, r *chat.Request, c *encodecache.Cache) ([]byte, error) {
+	memo := c.Begin(string(Gemini))
+	defer c.End(memo)
 	top, err := withExtras(r.Wire, Gemini, r.Extra)
 	if err != nil {
 		return nil, fmt.Errorf("wire: %w", err)
@@ -580,7 +581,7 @@ func AppendGeminiCached(dst []byte, r *chat.Request, c *EncodeCache) ([]byte, er
 	contents := make([]json.RawMessage, 0, len(r.Messages))
 	for i := 0; i < len(r.Messages); {
 		j := geminiGroupEnd(r.Messages, i)
-		b, err := memo.group(r.Messages, i, j, func() ([]byte, error) { return encodeGeminiContent(r.Messages[i:j]) })
+		b, err := memo.Group(r.Messages, i, j, func() ([]byte, error) { return encodeGeminiContent(r.Messages[i:j]) })
 		if err != nil {
 			return nil, fmt.Errorf("wire: message %d: %w", i, err)
 		}

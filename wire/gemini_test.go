@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/internal/encodecache"
 )
 
 // geminiSig is a thoughtSignature as the API issues it, with escapes that a re-encoding
@@ -54,9 +55,9 @@ func TestGeminiRoundTrip(t *testing.T) {
 			t.Errorf("body %d detected as %s", i, Detect([]byte(body)))
 		}
 		// With an encode cache, twice: the same body.
-		c := NewEncodeCache()
+		c := encodecache.New()
 		for k := 0; k < 2; k++ {
-			got, err := AppendGeminiCached(nil, req, c)
+			got, err := encodecache.AppendGemini(nil, req, c)
 			if err != nil || !bytes.Equal(got, out) {
 				t.Fatalf("cached encoding %d differs (%v):\n%s\n%s", k, err, got, out)
 			}

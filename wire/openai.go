@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/internal/encodecache"
 )
 
 // DecodeOpenAI decodes an OpenAI chat-completions request body, or a bare JSON array of its
@@ -343,22 +344,14 @@ func toolRawName(o object) string {
 // EncodeOpenAI encodes a request as an OpenAI chat-completions body. System comes first as
 // system (or developer) messages; Anthropic-origin tool results become role "tool" messages.
 func EncodeOpenAI(r *chat.Request) ([]byte, error) {
-	return AppendOpenAICached(nil, r, nil)
+	return appendOpenAI(nil, r, nil)
 }
 
-// EncodeOpenAICached is EncodeOpenAI for a caller that encodes a conversation again and
-// again: the messages c holds from earlier calls (the same values, or equal ones) are not
-// encoded again (see EncodeCache). A nil c encodes everything. The body is the one
-// EncodeOpenAI gives.
-func EncodeOpenAICached(r *chat.Request, c *EncodeCache) ([]byte, error) {
-	return AppendOpenAICached(nil, r, c)
-}
-
-// AppendOpenAICached is EncodeOpenAICached appending the body to dst and returning the
-// extended buffer, so that a caller sending body after body can reuse one (dst[:0]).
-func AppendOpenAICached(dst []byte, r *chat.Request, c *EncodeCache) ([]byte, error) {
-	memo := c.begin(OpenAI)
-	defer c.end(memo)
+// appendOpenAI is EncodeOpenAI appending the body to dst, the messages c holds from its last
+// call (the same values, or equal ones) taken from c (encodecache.AppendOpenAI).
+func appendOpenAI(dst []byte, r *chat.Request, c *encodecache.Cache) ([]byte, error) {
+	memo := c.Begin(string(OpenAI))
+	defer c.End(memo)
 	top, err := withExtras(r.Wire, OpenAI, r.Extra)
 	if err != nil {
 		return nil, fmt.Errorf("wire: %w", err)
@@ -372,7 +365,7 @@ func AppendOpenAICached(dst []byte, r *chat.Request, c *EncodeCache) ([]byte, er
 		msgs = append(msgs, b)
 	}
 	for i := range r.Messages {
-		b, err := memo.group(r.Messages, i, i+1, func() ([]byte, error) { return EncodeOpenAIMessage(&r.Messages[i]) })
+		b, err := memo.Group(r.Messages, i, i+1, func() ([]byte, error) { return EncodeOpenAIMessage(&r.Messages[i]) })
 		if err != nil {
 			return nil, fmt.Errorf("wire: message %d: %w", len(msgs), err)
 		}

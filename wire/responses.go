@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/internal/encodecache"
 )
 
 // Responses is the OpenAI Responses API format (POST /v1/responses).
@@ -548,22 +549,14 @@ func responsesToolName(o object) string {
 // EncodeResponses encodes a request as an OpenAI Responses body (see DecodeResponses for the
 // mapping).
 func EncodeResponses(r *chat.Request) ([]byte, error) {
-	return EncodeResponsesCached(r, nil)
+	return appendResponses(nil, r, nil)
 }
 
-// EncodeResponsesCached is EncodeResponses for a caller that encodes a growing conversation
-// again and again: the input items of each message are taken from c when c encoded the same
-// message in the previous call (see EncodeCache). A nil c encodes everything. The body is
-// the one EncodeResponses gives.
-func EncodeResponsesCached(r *chat.Request, c *EncodeCache) ([]byte, error) {
-	return AppendResponsesCached(nil, r, c)
-}
-
-// AppendResponsesCached is EncodeResponsesCached appending the body to dst and returning the
-// extended buffer, so that a caller sending body after body can reuse one (dst[:0]).
-func AppendResponsesCached(dst []byte, r *chat.Request, c *EncodeCache) ([]byte, error) {
-	memo := c.begin(Responses)
-	defer c.end(memo)
+// appendResponses is EncodeResponses appending the body to dst, the input items of the
+// messages c holds from its last call taken from c (encodecache.AppendResponses).
+func appendResponses(dst []byte, r *chat.Request, c *encodecache.Cache) ([]byte, error) {
+	memo := c.Begin(string(Responses))
+	defer c.End(memo)
 	top, err := withExtras(r.Wire, Responses, r.Extra)
 	if err != nil {
 		return nil, fmt.Errorf("wire: %w", err)
@@ -593,7 +586,7 @@ func AppendResponsesCached(dst []byte, r *chat.Request, c *EncodeCache) ([]byte,
 		for i := range r.Messages {
 			// A message's items, joined: one segment of the input array (empty when the
 			// message has no item).
-			seg, err := memo.group(r.Messages, i, i+1, func() ([]byte, error) {
+			seg, err := memo.Group(r.Messages, i, i+1, func() ([]byte, error) {
 				its, err := appendResponsesItems(nil, &r.Messages[i])
 				if err != nil {
 					return nil, err

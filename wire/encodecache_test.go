@@ -9,7 +9,21 @@ import (
 	"testing"
 
 	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/internal/encodecache"
 )
+
+// The encoders that reuse what a cache holds, reached as the proxy reaches them.
+func encodeOpenAICached(r *chat.Request, c *encodecache.Cache) ([]byte, error) {
+	return encodecache.AppendOpenAI(nil, r, c)
+}
+
+func encodeAnthropicCached(r *chat.Request, c *encodecache.Cache) ([]byte, error) {
+	return encodecache.AppendAnthropic(nil, r, c, nil)
+}
+
+func encodeResponsesCached(r *chat.Request, c *encodecache.Cache) ([]byte, error) {
+	return encodecache.AppendResponses(nil, r, c)
+}
 
 // TestEncodeAnthropicCached: with one cache per format (OpenAI, Anthropic, Responses) across a
 // growing conversation (and across edits, moved breakpoints and a rewind), every body is byte
@@ -37,33 +51,33 @@ func TestEncodeAnthropicCached(t *testing.T) {
 	}
 	// A cache for each encoder (one serving both in turn would start afresh at every change
 	// of format), so that each reuses what its last call rendered.
-	responsesCaches, openAICaches := map[*EncodeCache]*EncodeCache{}, map[*EncodeCache]*EncodeCache{}
-	check := func(c *EncodeCache, r *chat.Request) {
+	responsesCaches, openAICaches := map[*encodecache.Cache]*encodecache.Cache{}, map[*encodecache.Cache]*encodecache.Cache{}
+	check := func(c *encodecache.Cache, r *chat.Request) {
 		t.Helper()
 		want, werr := EncodeOpenAI(r)
-		got, gerr := EncodeOpenAICached(r, openAICaches[c])
+		got, gerr := encodeOpenAICached(r, openAICaches[c])
 		if (werr == nil) != (gerr == nil) || !bytes.Equal(want, got) {
 			t.Fatalf("cached OpenAI encoding differs: %v / %v\nwant %s\ngot  %s", werr, gerr, want, got)
 		}
 		want, werr = EncodeAnthropic(r)
-		got, gerr = EncodeAnthropicCached(r, c)
+		got, gerr = encodeAnthropicCached(r, c)
 		if (werr == nil) != (gerr == nil) || !bytes.Equal(want, got) {
 			t.Fatalf("cached Anthropic encoding differs: %v / %v\nwant %s\ngot  %s", werr, gerr, want, got)
 		}
 		want, werr = EncodeResponses(r)
-		got, gerr = EncodeResponsesCached(r, responsesCaches[c])
+		got, gerr = encodeResponsesCached(r, responsesCaches[c])
 		if (werr == nil) != (gerr == nil) || !bytes.Equal(want, got) {
 			t.Fatalf("cached Responses encoding differs: %v / %v\nwant %s\ngot  %s", werr, gerr, want, got)
 		}
 	}
 	hits := 0
 	for _, msgs := range convs {
-		c := NewEncodeCache()
-		responsesCaches[c], openAICaches[c] = NewEncodeCache(), NewEncodeCache()
+		c := encodecache.New()
+		responsesCaches[c], openAICaches[c] = encodecache.New(), encodecache.New()
 		for n := 1; n <= len(msgs); n++ {
 			r := &chat.Request{Messages: msgs[:n], Extra: map[string]json.RawMessage{"model": json.RawMessage(`"claude"`), "max_tokens": json.RawMessage(`1024`)}}
 			check(c, r)
-			hits += len(c.groups)
+			hits += c.Stats().Groups
 			// A breakpoint on the newest message, as a proxy places it: a changed copy.
 			last := msgs[n-1]
 			last.Extra = map[string]json.RawMessage{"cache_control": json.RawMessage(`{"type":"ephemeral"}`)}
@@ -93,9 +107,9 @@ func TestEncodeCacheReuses(t *testing.T) {
 	extra := map[string]json.RawMessage{"model": json.RawMessage(`"m"`), "max_tokens": json.RawMessage(`1024`)}
 	for _, f := range []struct {
 		name   string
-		cached func(*chat.Request, *EncodeCache) ([]byte, error)
-	}{{"openai", EncodeOpenAICached}, {"anthropic", EncodeAnthropicCached}, {"responses", EncodeResponsesCached}} {
-		c := NewEncodeCache()
+		cached func(*chat.Request, *encodecache.Cache) ([]byte, error)
+	}{{"openai", encodeOpenAICached}, {"anthropic", encodeAnthropicCached}, {"responses", encodeResponsesCached}} {
+		c := encodecache.New()
 		bp := map[string]json.RawMessage{"cache_control": json.RawMessage(`{"type":"ephemeral"}`)}
 		var prev []chat.Message
 		for n := 1; n <= len(msgs); n++ {
@@ -108,8 +122,8 @@ func TestEncodeCacheReuses(t *testing.T) {
 			}
 			// The message that lost its breakpoint and the new one, at most (an Anthropic
 			// message may join both).
-			if n > 1 && (c.encoded > 2 || c.hashed > 2) {
-				t.Fatalf("%s, %d messages: %d groups encoded, %d messages hashed; want at most 2", f.name, n, c.encoded, c.hashed)
+			if st := c.Stats(); n > 1 && (st.Encoded > 2 || st.Hashed > 2) {
+				t.Fatalf("%s, %d messages: %d groups encoded, %d messages hashed; want at most 2", f.name, n, st.Encoded, st.Hashed)
 			}
 			prev = cur
 		}
@@ -121,19 +135,19 @@ func TestEncodeCacheReuses(t *testing.T) {
 		if _, err := f.cached(&chat.Request{Messages: edited, Extra: extra}, c); err != nil {
 			t.Fatal(err)
 		}
-		if c.encoded != 1 || c.hashed != 1 {
-			t.Fatalf("%s, an edit: %d groups encoded, %d messages hashed; want 1 and 1", f.name, c.encoded, c.hashed)
+		if st := c.Stats(); st.Encoded != 1 || st.Hashed != 1 {
+			t.Fatalf("%s, an edit: %d groups encoded, %d messages hashed; want 1 and 1", f.name, st.Encoded, st.Hashed)
 		}
 	}
 }
 
 func TestEncodeCacheTellsMessagesApart(t *testing.T) {
-	c := NewEncodeCache()
+	c := encodecache.New()
 	for _, f := range []struct {
 		name   string
 		whole  func(*chat.Request) ([]byte, error)
-		cached func(*chat.Request, *EncodeCache) ([]byte, error)
-	}{{"openai", EncodeOpenAI, EncodeOpenAICached}, {"anthropic", EncodeAnthropic, EncodeAnthropicCached}, {"responses", EncodeResponses, EncodeResponsesCached}} {
+		cached func(*chat.Request, *encodecache.Cache) ([]byte, error)
+	}{{"openai", EncodeOpenAI, encodeOpenAICached}, {"anthropic", EncodeAnthropic, encodeAnthropicCached}, {"responses", EncodeResponses, encodeResponsesCached}} {
 		for _, text := range []string{"first question", "second question", "first question"} {
 			r := &chat.Request{Messages: []chat.Message{chat.TextMessage(chat.RoleUser, text)}, Extra: map[string]json.RawMessage{"model": json.RawMessage(`"m"`)}}
 			want, _ := f.whole(r)
@@ -161,13 +175,13 @@ func TestAppendEncoders(t *testing.T) {
 		}
 	}
 	want, _ := EncodeOpenAI(req)
-	got, err := AppendOpenAICached(buf, req, NewEncodeCache())
+	got, err := encodecache.AppendOpenAI(buf, req, encodecache.New())
 	check("openai", want, got, err)
 	want, _ = EncodeAnthropic(req)
-	got, err = AppendAnthropicCached(buf, req, NewEncodeCache())
+	got, err = encodecache.AppendAnthropic(buf, req, encodecache.New(), nil)
 	check("anthropic", want, got, err)
 	want, _ = EncodeResponses(req)
-	got, err = AppendResponsesCached(buf, req, NewEncodeCache())
+	got, err = encodecache.AppendResponses(buf, req, encodecache.New())
 	check("responses", want, got, err)
 }
 
@@ -206,7 +220,7 @@ func TestAppendAnthropicCachedWith(t *testing.T) {
 		m.Shape = chat.ShapeParts
 		return m
 	}
-	c := NewEncodeCache()
+	c := encodecache.New()
 	arr := make([]chat.Message, 0, len(all)) // never reallocated: one array, growing
 	for n := 1; n <= len(all); n++ {
 		arr = append(arr, all[n-1])
@@ -215,11 +229,11 @@ func TestAppendAnthropicCachedWith(t *testing.T) {
 			subs[n/2] = marked(arr[n/2]) // a second breakpoint, on an earlier message
 		}
 		r := &chat.Request{Messages: arr, Extra: extra}
-		got, err := AppendAnthropicCachedWith(nil, r, c, subs)
+		got, err := encodecache.AppendAnthropic(nil, r, c, subs)
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantBody, _ := EncodeAnthropic(&chat.Request{Messages: Substituted(arr, subs), Extra: extra})
+		wantBody, _ := EncodeAnthropic(&chat.Request{Messages: encodecache.Substituted(arr, subs), Extra: extra})
 		if marks := bytes.Count(wantBody, []byte(`"cache_control"`)); marks < 1 {
 			t.Fatalf("%d messages: %d breakpoints in the body", n, marks)
 		}
@@ -228,8 +242,8 @@ func TestAppendAnthropicCachedWith(t *testing.T) {
 		}
 		// New: the newest message (it may join the group before it), a message that gains
 		// or loses a breakpoint, and the one before each.
-		if n > 1 && (c.encoded > 4 || c.hashed > 6) {
-			t.Fatalf("%d messages: %d groups encoded, %d messages hashed", n, c.encoded, c.hashed)
+		if st := c.Stats(); n > 1 && (st.Encoded > 4 || st.Hashed > 6) {
+			t.Fatalf("%d messages: %d groups encoded, %d messages hashed", n, st.Encoded, st.Hashed)
 		}
 	}
 }
@@ -260,7 +274,7 @@ func TestAppendAnthropicCachedWithRegroups(t *testing.T) {
 		}
 		return m
 	}
-	c := NewEncodeCache()
+	c := encodecache.New()
 	arr := make([]chat.Message, 0, len(all))
 	for n := 1; n <= len(all); n++ {
 		arr = append(arr, all[n-1])
@@ -268,11 +282,11 @@ func TestAppendAnthropicCachedWithRegroups(t *testing.T) {
 		if last := arr[n-1]; last.Role == chat.RoleTool || len(last.ToolCalls) == 0 {
 			subs[n-1] = mark(last)
 		}
-		got, err := AppendAnthropicCachedWith(nil, &chat.Request{Messages: arr, Extra: extra}, c, subs)
+		got, err := encodecache.AppendAnthropic(nil, &chat.Request{Messages: arr, Extra: extra}, c, subs)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, _ := EncodeAnthropic(&chat.Request{Messages: Substituted(arr, subs), Extra: extra})
+		want, _ := EncodeAnthropic(&chat.Request{Messages: encodecache.Substituted(arr, subs), Extra: extra})
 		if !bytes.Equal(got, want) {
 			t.Fatalf("%d messages: the body differs\nwant %s\ngot  %s", n, want, got)
 		}
@@ -310,7 +324,7 @@ func FuzzAppendAnthropicCachedWith(f *testing.F) {
 		if len(ops) > 200 {
 			return
 		}
-		c := NewEncodeCache()
+		c := encodecache.New()
 		arr := make([]chat.Message, 0, len(ops)) // one array, growing in place
 		subs := map[int]chat.Message{}
 		calls := 0
@@ -346,8 +360,8 @@ func FuzzAppendAnthropicCachedWith(f *testing.F) {
 			}
 			m.Wire = wireOf
 			arr = append(arr, m)
-			got, gerr := AppendAnthropicCachedWith(nil, &chat.Request{Messages: arr, Extra: extra}, c, subs)
-			want, werr := EncodeAnthropic(&chat.Request{Messages: Substituted(arr, subs), Extra: extra})
+			got, gerr := encodecache.AppendAnthropic(nil, &chat.Request{Messages: arr, Extra: extra}, c, subs)
+			want, werr := EncodeAnthropic(&chat.Request{Messages: encodecache.Substituted(arr, subs), Extra: extra})
 			if (gerr == nil) != (werr == nil) || !bytes.Equal(got, want) {
 				t.Fatalf("call %d (%d messages, substitutes at %v): %v / %v\nwant %s\ngot  %s", calls, len(arr), slices.Sorted(maps.Keys(subs)), werr, gerr, want, got)
 			}
