@@ -478,15 +478,6 @@ func (s *Session) setView(i int, v chat.Message, kind viewKind) {
 	s.epoch++
 }
 
-// approxTokens estimates a message's tokens at 4 bytes each, its text and its calls' arguments.
-func approxTokens(m *chat.Message) int {
-	n := textBytes(m)
-	for _, tc := range m.ToolCalls {
-		n += len(tc.Name) + len(tc.Arguments)
-	}
-	return n / 4
-}
-
 func textBytes(m *chat.Message) int {
 	n := 0
 	for _, p := range m.Content {
