@@ -114,7 +114,7 @@
 // Large tool results are offloaded to the Store and old messages archived when they are
 // summarized; the summary and the offload notes name where they are. The agent reads them back
 // through a tool the proxy adds and answers itself: in a conversation whose client declares
-// tools of its own, a ctxmgr_read tool {"ref": string, "from_line": int, "lines": int} is
+// tools of its own, a ctxmgr_read tool {"ref": string, "from_line": int} is
 // appended to the forwarded tools from the first request managed (counted in the budget like
 // any tool), and the tool list never changes later in the conversation; a conversation without
 // tools never gets it. ref is a ref from a note ("Full text: tool_result/ID") or

@@ -65,6 +65,27 @@ type Trajectory struct {
 	Recorded map[int]Usage
 }
 
+// inferTools returns tools, or, when a run makes tool calls but its file records no tool
+// definitions (OpenHands trajectories keep only the messages), the smallest definitions of
+// the tools it calls: a client that makes tool calls declares its tools, so every request of
+// the run carried some (the same for every strategy), and the proxy declares ctxmgr_read in
+// such a conversation.
+func inferTools(tools []chat.Tool, msgs []chat.Message) []chat.Tool {
+	if len(tools) > 0 {
+		return tools
+	}
+	seen := map[string]bool{}
+	for i := range msgs {
+		for _, tc := range msgs[i].ToolCalls {
+			if tc.Name != "" && !seen[tc.Name] {
+				seen[tc.Name] = true
+				tools = append(tools, chat.Tool{Name: tc.Name, Parameters: json.RawMessage(`{"type":"object"}`)})
+			}
+		}
+	}
+	return tools
+}
+
 // Usage is what a provider reported for one LLM call.
 type Usage struct {
 	InputTokens  int `json:"input_tokens"`
@@ -200,6 +221,7 @@ func loadEach(fsys files, paths []string, format string, fn func(Trajectory) err
 			} else {
 				names[t.Name] = 1
 			}
+			t.Tools = inferTools(t.Tools, t.Messages)
 			if err := fn(t); err != nil {
 				return err
 			}

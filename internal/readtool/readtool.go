@@ -12,11 +12,13 @@ import (
 // Name is the tool's name.
 const Name = "ctxmgr_read"
 
-// Tool is the tool's definition: {"ref": string, "from_line": int, "lines": int}.
+// Tool is the tool's definition: {"ref": string, "from_line": int}, as small as it can be,
+// since every request of a conversation with tools carries it. The proxy also takes "lines"
+// (default 200); every answer says how to go on.
 var Tool = chat.Tool{
 	Name:        Name,
-	Description: "Read text moved out of this conversation: ref is a tool_result/ID or messages A-B that a [ctxmgr] note names.",
-	Parameters:  json.RawMessage(`{"type":"object","properties":{"ref":{"type":"string"},"from_line":{"type":"integer"},"lines":{"type":"integer"}},"required":["ref"]}`),
+	Description: "Read the text a [ctxmgr] note names by its ref.",
+	Parameters:  json.RawMessage(`{"type":"object","properties":{"ref":{"type":"string"},"from_line":{"type":"integer"}},"required":["ref"]}`),
 }
 
 // With returns tools with the read tool appended (a new slice).
