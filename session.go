@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
-	"time"
 
 	"github.com/ctxmgr/ctxmgr/budget"
 	"github.com/ctxmgr/ctxmgr/chat"
@@ -380,45 +378,6 @@ func (s *Session) check(base int, msgs []chat.Message) error {
 	return nil
 }
 
-// offload writes the full text of a tool result to the store under a key unique to its
-// history position (tool call ids can repeat across turns).
-func (s *Session) offload(ctx context.Context, index int, e *entry) (store.Offloaded, error) {
-	if e.off != nil {
-		return *e.off, nil
-	}
-	if err := s.flushLocked(ctx); err != nil {
-		return store.Offloaded{}, err
-	}
-	cfg := &s.m.cfg
-	var expires time.Time
-	if cfg.OffloadRetention > 0 {
-		expires = cfg.Now().Add(cfg.OffloadRetention)
-	}
-	off, err := cfg.Store.Offload(ctx, s.id, offloadKey(index, e.orig.ToolCallID), fullText(&e.orig), expires)
-	if err != nil {
-		return off, s.m.storeErr("offload", err)
-	}
-	return off, nil
-}
-
-// offloadKey is a store-safe key for the result at history position index.
-func offloadKey(index int, callID string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%06d", index)
-	if callID != "" {
-		b.WriteByte('-')
-		for i := 0; i < len(callID) && b.Len() < 120; i++ {
-			c := callID[i]
-			if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' {
-				b.WriteByte(c)
-			} else {
-				b.WriteByte('_')
-			}
-		}
-	}
-	return b.String()
-}
-
 // regions returns the token counts of the request as it stands.
 func (s *Session) regions() budget.Regions {
 	return budget.Regions{System: s.sysTokens, Tools: s.toolTokens, Summary: s.summaryTokens, History: s.histTokens}
@@ -484,33 +443,4 @@ func textBytes(m *chat.Message) int {
 		n += len(p.Text) + len(p.Raw)
 	}
 	return n
-}
-
-// OffloadedText is the text ctxmgr writes to the Store when it offloads a tool result: the one
-// text part itself, or the parts joined by newlines (images and files as placeholders). Tools
-// that check a store against a history (replay's lost count) compare with it.
-func OffloadedText(m *chat.Message) string { return fullText(m) }
-
-// fullText is the text of a message's parts as stored when offloaded.
-func fullText(m *chat.Message) string {
-	if len(m.Content) == 1 && m.Content[0].Type == chat.PartText {
-		return m.Content[0].Text
-	}
-	var b strings.Builder
-	for i, p := range m.Content {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		switch p.Type {
-		case chat.PartText, chat.PartReasoning:
-			b.WriteString(p.Text)
-		case chat.PartOther:
-			b.Write(p.Raw)
-		case chat.PartImage:
-			b.WriteString("[image]")
-		case chat.PartFile:
-			b.WriteString("[file]")
-		}
-	}
-	return b.String()
 }

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ctxmgr/ctxmgr/budget"
 	"github.com/ctxmgr/ctxmgr/chat"
 )
 
@@ -231,67 +230,4 @@ func canonicalArgs(s string) string {
 		return strings.TrimSpace(s)
 	}
 	return string(b)
-}
-
-// callOf returns the call a tool result answers: among batch (messages being appended, before
-// the result) or in the history.
-func (s *Session) callOf(id string, batch []chat.Message) (chat.ToolCall, bool) {
-	for k := len(batch) - 1; k >= 0; k-- {
-		for _, tc := range batch[k].ToolCalls {
-			if tc.ID == id {
-				return tc, true
-			}
-		}
-	}
-	if i, ok := s.open[id]; ok && i < len(s.entries) {
-		for _, tc := range s.entries[i].orig.ToolCalls {
-			if tc.ID == id {
-				return tc, true
-			}
-		}
-	}
-	return chat.ToolCall{}, false
-}
-
-// ingestCap is the ingestion cap in bytes for a tool result (0: none): Config.ToolResultCap,
-// or, when its call read a file or searched, as the agent asked (classify), up to
-// Config.RequestedReadCap as far as it fits (roomBytes). batch holds the messages appended
-// with it, before it; own is ownTokens before it.
-func (s *Session) ingestCap(e *entry, batch []chat.Message, own int) int {
-	cfg := &s.m.cfg
-	if cfg.DisableOffload || cfg.ToolResultCap <= 0 || e.exempt {
-		return 0
-	}
-	c := cfg.ToolResultCap
-	if cfg.RequestedReadCap > c && e.size > c {
-		if tc, ok := s.callOf(e.orig.ToolCallID, batch); ok && classify(tc, cfg.ReadTools).requested() {
-			c = max(c, min(cfg.RequestedReadCap, s.roomBytes(e, own)))
-		}
-	}
-	return c
-}
-
-// stubTokens is about what a masked tool result costs in context.
-const stubTokens = 60
-
-// roomBytes is how much of a requested read fits under the compaction threshold beside the
-// conversation's own messages: the history the configured window allows at its threshold
-// (no summary), less own (the whole history before the result, every tool result counted
-// as a mask stub), in bytes at the result's own bytes per token, measured on its first
-// 16 KB. Compaction masks tool results before it summarizes (Config.MaskBeforeSummary), so a
-// read that fits this room can stay whole without a summary evicting what the assistant said
-// and quoted. It depends on the history and the configuration only, so a restored session
-// caps the same results the same way.
-func (s *Session) roomBytes(e *entry, own int) int {
-	p := budget.Breakdown(s.m.cfg.Budget, budget.Regions{System: s.sysTokens, Tools: s.toolTokens})
-	room := p.ThresholdHistory - own
-	if room <= 0 {
-		return 0
-	}
-	text := fullText(&e.orig)
-	if len(text) > 16<<10 {
-		text = strings.ToValidUTF8(text[:16<<10], "")
-	}
-	tok := max(1, s.m.cfg.Counter.Text(text))
-	return int(min(int64(room)*int64(len(text))/int64(tok), 1<<40))
 }

@@ -1,0 +1,143 @@
+package ctxmgr
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ctxmgr/ctxmgr/budget"
+	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/store"
+)
+
+// ingestCap is the ingestion cap in bytes for a tool result (0: none): Config.ToolResultCap,
+// or, when its call read a file or searched, as the agent asked (classify), up to
+// Config.RequestedReadCap as far as it fits (roomBytes). batch holds the messages appended
+// with it, before it; own is ownTokens before it.
+func (s *Session) ingestCap(e *entry, batch []chat.Message, own int) int {
+	cfg := &s.m.cfg
+	if cfg.DisableOffload || cfg.ToolResultCap <= 0 || e.exempt {
+		return 0
+	}
+	c := cfg.ToolResultCap
+	if cfg.RequestedReadCap > c && e.size > c {
+		if tc, ok := s.callOf(e.orig.ToolCallID, batch); ok && classify(tc, cfg.ReadTools).requested() {
+			c = max(c, min(cfg.RequestedReadCap, s.roomBytes(e, own)))
+		}
+	}
+	return c
+}
+
+// callOf returns the call a tool result answers: among batch (messages being appended, before
+// the result) or in the history.
+func (s *Session) callOf(id string, batch []chat.Message) (chat.ToolCall, bool) {
+	for k := len(batch) - 1; k >= 0; k-- {
+		for _, tc := range batch[k].ToolCalls {
+			if tc.ID == id {
+				return tc, true
+			}
+		}
+	}
+	if i, ok := s.open[id]; ok && i < len(s.entries) {
+		for _, tc := range s.entries[i].orig.ToolCalls {
+			if tc.ID == id {
+				return tc, true
+			}
+		}
+	}
+	return chat.ToolCall{}, false
+}
+
+// roomBytes is how much of a requested read fits under the compaction threshold beside the
+// conversation's own messages: the history the configured window allows at its threshold
+// (no summary), less own (the whole history before the result, every tool result counted
+// as a mask stub), in bytes at the result's own bytes per token, measured on its first
+// 16 KB. Compaction masks tool results before it summarizes (Config.MaskBeforeSummary), so a
+// read that fits this room can stay whole without a summary evicting what the assistant said
+// and quoted. It depends on the history and the configuration only, so a restored session
+// caps the same results the same way.
+func (s *Session) roomBytes(e *entry, own int) int {
+	p := budget.Breakdown(s.m.cfg.Budget, budget.Regions{System: s.sysTokens, Tools: s.toolTokens})
+	room := p.ThresholdHistory - own
+	if room <= 0 {
+		return 0
+	}
+	text := fullText(&e.orig)
+	if len(text) > 16<<10 {
+		text = strings.ToValidUTF8(text[:16<<10], "")
+	}
+	tok := max(1, s.m.cfg.Counter.Text(text))
+	return int(min(int64(room)*int64(len(text))/int64(tok), 1<<40))
+}
+
+// stubTokens is about what a masked tool result costs in context.
+const stubTokens = 60
+
+// offload writes the full text of a tool result to the store under a key unique to its
+// history position (tool call ids can repeat across turns).
+func (s *Session) offload(ctx context.Context, index int, e *entry) (store.Offloaded, error) {
+	if e.off != nil {
+		return *e.off, nil
+	}
+	if err := s.flushLocked(ctx); err != nil {
+		return store.Offloaded{}, err
+	}
+	cfg := &s.m.cfg
+	var expires time.Time
+	if cfg.OffloadRetention > 0 {
+		expires = cfg.Now().Add(cfg.OffloadRetention)
+	}
+	off, err := cfg.Store.Offload(ctx, s.id, offloadKey(index, e.orig.ToolCallID), fullText(&e.orig), expires)
+	if err != nil {
+		return off, s.m.storeErr("offload", err)
+	}
+	return off, nil
+}
+
+// offloadKey is a store-safe key for the result at history position index.
+func offloadKey(index int, callID string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%06d", index)
+	if callID != "" {
+		b.WriteByte('-')
+		for i := 0; i < len(callID) && b.Len() < 120; i++ {
+			c := callID[i]
+			if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' {
+				b.WriteByte(c)
+			} else {
+				b.WriteByte('_')
+			}
+		}
+	}
+	return b.String()
+}
+
+// OffloadedText is the text ctxmgr writes to the Store when it offloads a tool result: the one
+// text part itself, or the parts joined by newlines (images and files as placeholders). Tools
+// that check a store against a history (replay's lost count) compare with it.
+func OffloadedText(m *chat.Message) string { return fullText(m) }
+
+// fullText is the text of a message's parts as stored when offloaded.
+func fullText(m *chat.Message) string {
+	if len(m.Content) == 1 && m.Content[0].Type == chat.PartText {
+		return m.Content[0].Text
+	}
+	var b strings.Builder
+	for i, p := range m.Content {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		switch p.Type {
+		case chat.PartText, chat.PartReasoning:
+			b.WriteString(p.Text)
+		case chat.PartOther:
+			b.Write(p.Raw)
+		case chat.PartImage:
+			b.WriteString("[image]")
+		case chat.PartFile:
+			b.WriteString("[file]")
+		}
+	}
+	return b.String()
+}
