@@ -1,5 +1,11 @@
 package ctxmgr
 
+// Age-out (Config.AgeOut): a tool result older than the RecentToolResults newest is cut to a
+// snippet of OldToolResultCap (PagedPastCap for a page the agent has read past), or, with
+// Config.CostMaskKeep, masked to a stub once that many newer results follow it, when the
+// cost model says the rewrite pays. The candidates join the superseding ones in one batch
+// (economize.go).
+
 // ageCandidates adds to cands (superseding candidates, which take precedence) the tool results
 // older than the RecentToolResults newest whose view is larger than OldToolResultCap.
 func (s *Session) ageCandidates(cands []rewriteCandidate) []rewriteCandidate {

@@ -1,11 +1,42 @@
 package ctxmgr
 
 import (
+	"context"
 	"math"
 
 	"github.com/ctxmgr/ctxmgr/chat"
 	"github.com/ctxmgr/ctxmgr/turns"
 )
+
+// compactOverTrigger is Prepare's compaction step. Over the compaction trigger (overTrigger),
+// or with force: the threshold rewrite of old tool results (rewrite; a seed preset with a
+// rolling rewrite made it already), then, while still over, masking before a summary
+// (Config.MaskBeforeSummary), then, while still over (or with force), a summary of all but
+// the kept part (keepCut). Under the trigger, with Config.Background, a summary may start in
+// the background at the soft threshold.
+func (s *Session) compactOverTrigger(ctx context.Context, force bool, rep *Report) error {
+	cfg := &s.m.cfg
+	if !force && !s.overTrigger() {
+		if cfg.Background && !cfg.DisableSummary && s.plan().OverSoft {
+			return s.startBackground(ctx)
+		}
+		return nil
+	}
+	if !cfg.seed.RollingRewrite {
+		if err := s.rewrite(ctx, force, "over the compaction threshold", rep); err != nil {
+			return err
+		}
+	}
+	if cfg.MaskBeforeSummary && s.overTrigger() {
+		if err := s.maskBeforeSummary(ctx, rep); err != nil {
+			return err
+		}
+	}
+	if (force || s.overTrigger()) && !cfg.DisableSummary {
+		return s.summarize(ctx, s.keepCut, "", "over the compaction threshold", rep)
+	}
+	return nil
+}
 
 // overTrigger reports whether compaction should run: over the threshold by the one budget
 // formula, or over a count trigger of a seed preset.

@@ -11,6 +11,10 @@ import (
 	"github.com/ctxmgr/ctxmgr/store"
 )
 
+// Offloading: the full text of a tool result goes to the Store under a key of its history
+// position, and a shorter view (snippet.go) takes its place in context. At ingestion, a result
+// above its cap is offloaded as it is appended; the later steps offload what they rewrite.
+
 // ingestCap is the ingestion cap in bytes for a tool result (0: none): Config.ToolResultCap,
 // or, when its call read a file or searched, as the agent asked (classify), up to
 // Config.RequestedReadCap as far as it fits (roomBytes). batch holds the messages appended

@@ -75,6 +75,10 @@ func (s *Session) Prepare(ctx context.Context) (Prepared, error) {
 	return s.prepare(ctx, false)
 }
 
+// prepare is the driver of Prepare, and of Recover with force (compact even under the
+// trigger). It runs the steps in order, cheapest first, each on the state the previous one
+// left; the first error ends the call. Capping and offloading at ingestion (offload.go) ran
+// when the messages were appended.
 func (s *Session) prepare(ctx context.Context, force bool) (Prepared, error) {
 	defer s.deliver(ctx)
 	s.mu.Lock()
@@ -88,40 +92,25 @@ func (s *Session) prepare(ctx context.Context, force bool) (Prepared, error) {
 	if s.broken != nil {
 		return Prepared{}, s.broken
 	}
-	cfg := &s.m.cfg
 	w := s.window()
 	rep := &Report{Window: w.Window, MaxOutput: w.MaxOutput, Before: s.regions()}
 	rep.InputBefore = s.plan().Input
 
-	if cfg.seed.RollingRewrite {
+	// A seed preset's rolling rewrite of old tool results, on every call (mask.go).
+	if s.m.cfg.seed.RollingRewrite {
 		if err := s.rewrite(ctx, false, "rolling", rep); err != nil {
 			return Prepared{}, err
 		}
 	}
+	// The rewrites that pay for their cache miss: superseding and age-out (economize.go).
 	if err := s.economize(ctx, rep); err != nil {
 		return Prepared{}, err
 	}
-	if force || s.overTrigger() {
-		if !cfg.seed.RollingRewrite {
-			if err := s.rewrite(ctx, force, "over the compaction threshold", rep); err != nil {
-				return Prepared{}, err
-			}
-		}
-		if cfg.MaskBeforeSummary && s.overTrigger() {
-			if err := s.maskBeforeSummary(ctx, rep); err != nil {
-				return Prepared{}, err
-			}
-		}
-		if (force || s.overTrigger()) && !cfg.DisableSummary {
-			if err := s.summarize(ctx, s.keepCut, "", "over the compaction threshold", rep); err != nil {
-				return Prepared{}, err
-			}
-		}
-	} else if cfg.Background && !cfg.DisableSummary && s.plan().OverSoft {
-		if err := s.startBackground(ctx); err != nil {
-			return Prepared{}, err
-		}
+	// Over the compaction trigger: masking, then a summary (compact.go).
+	if err := s.compactOverTrigger(ctx, force, rep); err != nil {
+		return Prepared{}, err
 	}
+	// Still too large: the forced steps, down to middle-out truncation (truncate.go).
 	if err := s.shrinkToFit(ctx, rep); err != nil {
 		return Prepared{}, err
 	}
