@@ -3,6 +3,7 @@ package ctxmgr
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,6 +15,38 @@ import (
 // Offloading: the full text of a tool result goes to the Store under a key of its history
 // position, and a shorter view (snippet.go) takes its place in context. At ingestion, a result
 // above its cap is offloaded as it is appended; the later steps offload what they rewrite.
+
+// ingest makes *e the entry of message m, to be taken into the history at position pos, as
+// appendLocked and LoadSession both do for every message, in order. A message other than a
+// tool result is counted here, once (its view is itself). A tool result gets its size and
+// whether its tool is exempt, and, above its ingestion cap (ingestCap), its full text is
+// offloaded and a snippet becomes its view; account counts it on its final view. *own is the
+// session's ownTokens before m and gets m's share (see roomBytes); batch holds the messages
+// appended with m, before it (callOf). The entry keeps m: the caller passes a copy of a
+// message it does not own.
+func (s *Session) ingest(ctx context.Context, pos int, e *entry, m chat.Message, batch []chat.Message, own *int) error {
+	cfg := &s.m.cfg
+	*e = entry{orig: m, view: m}
+	if m.Role != chat.RoleTool {
+		e.tokens = cfg.Counter.Message(&e.orig)
+		*own += e.tokens
+		return nil
+	}
+	e.size = textBytes(&e.orig)
+	e.exempt = slices.Contains(cfg.ExemptTools, e.orig.Name)
+	capB := s.ingestCap(e, batch, *own)
+	*own += stubTokens
+	if capB > 0 && e.size > capB {
+		off, err := s.offload(ctx, pos, e)
+		if err != nil {
+			return err
+		}
+		e.off = &off
+		e.view = snippetView(&e.orig, off, capB)
+		e.kind = viewOffloaded
+	}
+	return nil
+}
 
 // ingestCap is the ingestion cap in bytes for a tool result (0: none): Config.ToolResultCap,
 // or, when its call read a file or searched, as the agent asked (classify), up to

@@ -276,26 +276,8 @@ func (s *Session) appendLocked(ctx context.Context, msgs []chat.Message, write b
 	news := make([]entry, len(msgs))
 	own := s.ownTokens
 	for i := range msgs {
-		e := &news[i]
-		e.orig = msgs[i].Clone()
-		e.view = e.orig
-		if e.orig.Role != chat.RoleTool {
-			e.tokens = cfg.Counter.Message(&e.orig) // its view is the original: counted once
-			own += e.tokens
-		} else {
-			e.size = textBytes(&e.orig)
-			e.exempt = slices.Contains(cfg.ExemptTools, e.orig.Name)
-			capB := s.ingestCap(e, msgs[:i], own)
-			own += stubTokens
-			if capB > 0 && e.size > capB {
-				off, err := s.offload(ctx, base+i, e)
-				if err != nil {
-					return err
-				}
-				e.off = &off
-				e.view = snippetView(&e.orig, off, capB)
-				e.kind = viewOffloaded
-			}
+		if err := s.ingest(ctx, base+i, &news[i], msgs[i].Clone(), msgs[:i], &own); err != nil {
+			return err
 		}
 	}
 	if write {
@@ -309,33 +291,45 @@ func (s *Session) appendLocked(ctx context.Context, msgs []chat.Message, write b
 	}
 	for i := range news {
 		e := &news[i]
-		if e.orig.Role == chat.RoleTool {
-			e.tokens = cfg.Counter.Message(&e.view)
-			s.unsettled = append(s.unsettled, len(s.results))
-			s.results = append(s.results, base+i)
-			delete(s.open, e.orig.ToolCallID)
-		}
-		for _, tc := range e.orig.ToolCalls {
-			s.open[tc.ID] = base + i
-		}
-		if e.orig.Role == chat.RoleUser {
-			s.lastUser = base + i
-		}
-		if e.orig.Role == chat.RoleAssistant {
-			s.assistants++
-		}
+		s.account(base+i, e)
 		if e.kind == viewOffloaded {
 			// Before is an estimate (bytes/4): counting a 50 MB result exactly only for a log
 			// line would cost seconds.
 			s.m.emit(s, Event{Step: StepOffload, Reason: fmt.Sprintf("tool result of %d bytes above the ingestion cap of %d", e.size, cfg.ToolResultCap),
 				Before: e.tokens + (e.size-textBytes(&e.view))/4, After: e.tokens, Messages: 1})
 		}
-		s.histTokens += e.tokens
 	}
 	s.entries = append(s.entries, news...)
 	s.ownTokens = own
 	s.recoveries = 0
 	return nil
+}
+
+// account takes entry e, at history position pos, into the session's indexes and totals, as
+// appendLocked and LoadSession both do for every message, in order: a tool result (or any
+// entry whose view is not its original: one LoadSession restored) is counted on its view; a
+// tool result joins results and closes its call; tool calls open; the latest user message
+// and the count of assistant messages follow; the entry's tokens join histTokens (it is
+// appended live). Called with s.mu held.
+func (s *Session) account(pos int, e *entry) {
+	if e.orig.Role == chat.RoleTool || e.kind != viewOriginal {
+		e.tokens = s.m.cfg.Counter.Message(&e.view)
+	}
+	if e.orig.Role == chat.RoleTool {
+		s.unsettled = append(s.unsettled, len(s.results))
+		s.results = append(s.results, pos)
+		delete(s.open, e.orig.ToolCallID)
+	}
+	for _, tc := range e.orig.ToolCalls {
+		s.open[tc.ID] = pos
+	}
+	if e.orig.Role == chat.RoleUser {
+		s.lastUser = pos
+	}
+	if e.orig.Role == chat.RoleAssistant {
+		s.assistants++
+	}
+	s.histTokens += e.tokens
 }
 
 // check validates msgs as a continuation of the history (positions from base).
