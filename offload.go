@@ -9,6 +9,7 @@ import (
 
 	"github.com/ctxmgr/ctxmgr/budget"
 	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/internal/snippet"
 	"github.com/ctxmgr/ctxmgr/store"
 )
 
@@ -153,28 +154,7 @@ func offloadKey(index int, callID string) string {
 // OffloadedText is the text ctxmgr writes to the Store when it offloads a tool result: the one
 // text part itself, or the parts joined by newlines (images and files as placeholders). Tools
 // that check a store against a history (replay's lost count) compare with it.
-func OffloadedText(m *chat.Message) string { return fullText(m) }
+func OffloadedText(m *chat.Message) string { return snippet.Text(m) }
 
-// fullText is the text of a message's parts as stored when offloaded.
-func fullText(m *chat.Message) string {
-	if len(m.Content) == 1 && m.Content[0].Type == chat.PartText {
-		return m.Content[0].Text
-	}
-	var b strings.Builder
-	for i, p := range m.Content {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		switch p.Type {
-		case chat.PartText, chat.PartReasoning:
-			b.WriteString(p.Text)
-		case chat.PartOther:
-			b.Write(p.Raw)
-		case chat.PartImage:
-			b.WriteString("[image]")
-		case chat.PartFile:
-			b.WriteString("[file]")
-		}
-	}
-	return b.String()
-}
+// fullText is the text of a message's parts as stored when offloaded (snippet.Text).
+func fullText(m *chat.Message) string { return snippet.Text(m) }
