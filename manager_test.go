@@ -104,16 +104,6 @@ func TestIngestionOffload(t *testing.T) {
 	}
 }
 
-func TestSnippetRuneSafe(t *testing.T) {
-	orig := chat.ToolResult("c", "t", strings.Repeat("日本語テキスト", 3000), false)
-	v := snippetView(&orig, store.Offloaded{Location: "x", Bytes: 63000, Lines: 1}, 2000)
-	if !utf8Valid(v.Text()) || len(v.Text()) > 2000 {
-		t.Fatalf("snippet invalid UTF-8 or too long (%d)", len(v.Text()))
-	}
-}
-
-func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "\uFFFD") == s }
-
 func TestMaskingBatchedByMinSaving(t *testing.T) {
 	ctx := context.Background()
 	counter := tokens.NewRatio(tokens.RatioOptions{PerToken: 4})

@@ -1,6 +1,7 @@
 package ctxmgr
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -93,45 +94,28 @@ func (m *Manager) LoadSession(ctx context.Context, id string, system []chat.Mess
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cfg := &m.cfg
 	s.entries = make([]entry, len(msgs))
 	s.stored = len(msgs)
+	s.start = min(state.Start, len(msgs))
+	// The views compaction made replace the ones ingestion makes, position by position.
+	// persistState stores them in order of position; a stable sort keeps it for any other.
+	slices.SortStableFunc(state.Views, func(a, b viewState) int { return cmp.Compare(a.Index, b.Index) })
+	k := 0
 	for i := range msgs {
 		e := &s.entries[i]
-		e.orig = msgs[i]
-		e.view = e.orig
-		if e.orig.Role != chat.RoleTool {
-			e.tokens = cfg.Counter.Message(&e.orig) // counted again below only if its view changes
-			s.ownTokens += e.tokens
-		} else {
-			e.size = textBytes(&e.orig)
-			e.exempt = slices.Contains(cfg.ExemptTools, e.orig.Name)
-			capB := s.ingestCap(e, nil, s.ownTokens)
-			s.ownTokens += stubTokens
-			if capB > 0 && e.size > capB {
-				off, err := s.offload(ctx, i, e)
-				if err != nil {
-					return nil, err
+		if err := s.ingest(ctx, i, e, msgs[i], nil, &s.ownTokens); err != nil {
+			return nil, err
+		}
+		for ; k < len(state.Views) && state.Views[k].Index <= i; k++ {
+			if v := &state.Views[k]; v.Index == i && i >= s.start {
+				e.view, e.kind = v.View, v.Kind
+				if v.Off != nil {
+					e.off = v.Off
 				}
-				e.off = &off
-				e.view = snippetView(&e.orig, off, capB)
-				e.kind = viewOffloaded
 			}
-			s.unsettled = append(s.unsettled, len(s.results))
-			s.results = append(s.results, i)
-			delete(s.open, e.orig.ToolCallID)
 		}
-		for _, tc := range e.orig.ToolCalls {
-			s.open[tc.ID] = i
-		}
-		if e.orig.Role == chat.RoleUser {
-			s.lastUser = i
-		}
-		if e.orig.Role == chat.RoleAssistant {
-			s.assistants++
-		}
+		s.account(i, e)
 	}
-	s.start = min(state.Start, len(msgs))
 	s.pinned = -1
 	if raw != nil && state.Pinned >= 0 && state.Pinned < s.start {
 		s.pinned = state.Pinned
@@ -139,15 +123,6 @@ func (m *Manager) LoadSession(ctx context.Context, id string, system []chat.Mess
 	s.archives = mergeRanges(state.Archives)
 	s.readBacks, s.savedReads = state.ReadBacks, len(state.ReadBacks)
 	s.windowLimit = state.WindowLimit
-	for _, v := range state.Views {
-		if v.Index >= s.start && v.Index < len(s.entries) {
-			e := &s.entries[v.Index]
-			e.view, e.kind = v.View, v.Kind
-			if v.Off != nil {
-				e.off = v.Off
-			}
-		}
-	}
 	if n := len(sums); n > 0 {
 		latest := sums[n-1]
 		if latest.To > s.start && latest.To <= len(msgs) {
@@ -162,13 +137,11 @@ func (m *Manager) LoadSession(ctx context.Context, id string, system []chat.Mess
 		s.summary = &latest
 		s.setSummary(&latest)
 	}
+	// account took every entry in as live: the evicted ones but the pinned message are not.
+	s.histTokens = 0
 	for i := range s.entries {
-		e := &s.entries[i]
-		if e.orig.Role == chat.RoleTool || e.kind != viewOriginal {
-			e.tokens = cfg.Counter.Message(&e.view)
-		}
 		if i >= s.start || i == s.pinned {
-			s.histTokens += e.tokens
+			s.histTokens += s.entries[i].tokens
 		}
 	}
 	s.savedEpoch = s.epoch

@@ -2,8 +2,10 @@ package ctxmgr
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/ctxmgr/ctxmgr/chat"
@@ -123,5 +125,92 @@ func TestRestoreKeepsRecoveredWindow(t *testing.T) {
 	}
 	if w := s2.Stats().Window; w != p1.Report.Window {
 		t.Fatalf("window after restart: %d, want %d", w, p1.Report.Window)
+	}
+}
+
+// LoadSession takes a stored history in as Append took it: the same entries (views, counts,
+// offloads at ingestion, requested reads kept whole, exempt results), the same indexes (tool
+// results, open calls, the latest user message) and the same totals.
+func TestLoadSessionRebuildsAppendState(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory()
+	mk := func() *Manager {
+		cfg, err := Preset(PresetDefault, 60000, 4000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Store, cfg.Logger = st, discardLogger()
+		cfg.ToolResultCap, cfg.RequestedReadCap = 3000, 30000
+		cfg.ExemptTools = []string{"keep"}
+		m, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	big := func(tag string) string {
+		var b strings.Builder
+		for i := 0; b.Len() < 9000; i++ {
+			fmt.Fprintf(&b, "%s line %d: value_%d\n", tag, i, i*7)
+		}
+		return b.String()
+	}
+	hist := genHistory(rand.New(rand.NewPCG(5, 8)), 6)
+	// A requested read and an exempt tool's result, both above ToolResultCap, and a call
+	// still waiting for its result at the end.
+	hist = append(hist, chat.TextMessage(chat.RoleUser, "read it"),
+		chat.Message{Role: chat.RoleAssistant, ToolCalls: []chat.ToolCall{
+			{ID: "r1", Name: "Read", Arguments: `{"file_path":"src/a.go"}`},
+			{ID: "k1", Name: "keep", Arguments: `{}`}}},
+		chat.ToolResult("r1", "Read", big("a.go"), false),
+		chat.ToolResult("k1", "keep", big("keep"), false),
+		chat.Message{Role: chat.RoleAssistant, ToolCalls: []chat.ToolCall{{ID: "b9", Name: "bash", Arguments: `{"cmd":"ls"}`}}})
+	m1 := mk()
+	defer m1.Close()
+	s1, err := m1.NewSession("state", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Whole iterations at once: a result's call is then found among the messages appended
+	// with it, where LoadSession finds it among the open calls.
+	for i := 0; i < len(hist); {
+		j := i + 1
+		for j < len(hist) && hist[j].Role == chat.RoleTool {
+			j++
+		}
+		if err := s1.Append(ctx, hist[i:j]...); err != nil {
+			t.Fatal(err)
+		}
+		i = j
+	}
+	m2 := mk()
+	defer m2.Close()
+	s2, err := m2.LoadSession(ctx, "state", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[viewKind]int{}
+	requested, exempt := false, false
+	for i := range s1.entries {
+		e := &s1.entries[i]
+		kinds[e.kind]++
+		requested = requested || e.orig.Name == "Read" && e.kind == viewOriginal && e.size > 3000
+		exempt = exempt || e.exempt && e.size > 3000
+	}
+	if kinds[viewOffloaded] == 0 || !requested || !exempt || len(s1.open) == 0 {
+		t.Fatalf("offloaded %d, requested read kept %v, exempt %v, open %d: the history does not exercise ingestion", kinds[viewOffloaded], requested, exempt, len(s1.open))
+	}
+	for _, f := range []struct {
+		name string
+		a, b any
+	}{
+		{"entries", s1.entries, s2.entries}, {"results", s1.results, s2.results}, {"unsettled", s1.unsettled, s2.unsettled},
+		{"open", s1.open, s2.open}, {"lastUser", s1.lastUser, s2.lastUser}, {"assistants", s1.assistants, s2.assistants},
+		{"ownTokens", s1.ownTokens, s2.ownTokens}, {"histTokens", s1.histTokens, s2.histTokens},
+		{"start", s1.start, s2.start}, {"pinned", s1.pinned, s2.pinned}, {"stored", s1.stored, s2.stored},
+	} {
+		if !reflect.DeepEqual(f.a, f.b) {
+			t.Errorf("%s differs after LoadSession: appended %v, loaded %v", f.name, f.a, f.b)
+		}
 	}
 }

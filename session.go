@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
-	"time"
 
 	"github.com/ctxmgr/ctxmgr/budget"
 	"github.com/ctxmgr/ctxmgr/chat"
@@ -278,26 +276,8 @@ func (s *Session) appendLocked(ctx context.Context, msgs []chat.Message, write b
 	news := make([]entry, len(msgs))
 	own := s.ownTokens
 	for i := range msgs {
-		e := &news[i]
-		e.orig = msgs[i].Clone()
-		e.view = e.orig
-		if e.orig.Role != chat.RoleTool {
-			e.tokens = cfg.Counter.Message(&e.orig) // its view is the original: counted once
-			own += e.tokens
-		} else {
-			e.size = textBytes(&e.orig)
-			e.exempt = slices.Contains(cfg.ExemptTools, e.orig.Name)
-			capB := s.ingestCap(e, msgs[:i], own)
-			own += stubTokens
-			if capB > 0 && e.size > capB {
-				off, err := s.offload(ctx, base+i, e)
-				if err != nil {
-					return err
-				}
-				e.off = &off
-				e.view = snippetView(&e.orig, off, capB)
-				e.kind = viewOffloaded
-			}
+		if err := s.ingest(ctx, base+i, &news[i], msgs[i].Clone(), msgs[:i], &own); err != nil {
+			return err
 		}
 	}
 	if write {
@@ -311,33 +291,45 @@ func (s *Session) appendLocked(ctx context.Context, msgs []chat.Message, write b
 	}
 	for i := range news {
 		e := &news[i]
-		if e.orig.Role == chat.RoleTool {
-			e.tokens = cfg.Counter.Message(&e.view)
-			s.unsettled = append(s.unsettled, len(s.results))
-			s.results = append(s.results, base+i)
-			delete(s.open, e.orig.ToolCallID)
-		}
-		for _, tc := range e.orig.ToolCalls {
-			s.open[tc.ID] = base + i
-		}
-		if e.orig.Role == chat.RoleUser {
-			s.lastUser = base + i
-		}
-		if e.orig.Role == chat.RoleAssistant {
-			s.assistants++
-		}
+		s.account(base+i, e)
 		if e.kind == viewOffloaded {
 			// Before is an estimate (bytes/4): counting a 50 MB result exactly only for a log
 			// line would cost seconds.
 			s.m.emit(s, Event{Step: StepOffload, Reason: fmt.Sprintf("tool result of %d bytes above the ingestion cap of %d", e.size, cfg.ToolResultCap),
 				Before: e.tokens + (e.size-textBytes(&e.view))/4, After: e.tokens, Messages: 1})
 		}
-		s.histTokens += e.tokens
 	}
 	s.entries = append(s.entries, news...)
 	s.ownTokens = own
 	s.recoveries = 0
 	return nil
+}
+
+// account takes entry e, at history position pos, into the session's indexes and totals, as
+// appendLocked and LoadSession both do for every message, in order: a tool result (or any
+// entry whose view is not its original: one LoadSession restored) is counted on its view; a
+// tool result joins results and closes its call; tool calls open; the latest user message
+// and the count of assistant messages follow; the entry's tokens join histTokens (it is
+// appended live). Called with s.mu held.
+func (s *Session) account(pos int, e *entry) {
+	if e.orig.Role == chat.RoleTool || e.kind != viewOriginal {
+		e.tokens = s.m.cfg.Counter.Message(&e.view)
+	}
+	if e.orig.Role == chat.RoleTool {
+		s.unsettled = append(s.unsettled, len(s.results))
+		s.results = append(s.results, pos)
+		delete(s.open, e.orig.ToolCallID)
+	}
+	for _, tc := range e.orig.ToolCalls {
+		s.open[tc.ID] = pos
+	}
+	if e.orig.Role == chat.RoleUser {
+		s.lastUser = pos
+	}
+	if e.orig.Role == chat.RoleAssistant {
+		s.assistants++
+	}
+	s.histTokens += e.tokens
 }
 
 // check validates msgs as a continuation of the history (positions from base).
@@ -378,45 +370,6 @@ func (s *Session) check(base int, msgs []chat.Message) error {
 		}
 	}
 	return nil
-}
-
-// offload writes the full text of a tool result to the store under a key unique to its
-// history position (tool call ids can repeat across turns).
-func (s *Session) offload(ctx context.Context, index int, e *entry) (store.Offloaded, error) {
-	if e.off != nil {
-		return *e.off, nil
-	}
-	if err := s.flushLocked(ctx); err != nil {
-		return store.Offloaded{}, err
-	}
-	cfg := &s.m.cfg
-	var expires time.Time
-	if cfg.OffloadRetention > 0 {
-		expires = cfg.Now().Add(cfg.OffloadRetention)
-	}
-	off, err := cfg.Store.Offload(ctx, s.id, offloadKey(index, e.orig.ToolCallID), fullText(&e.orig), expires)
-	if err != nil {
-		return off, s.m.storeErr("offload", err)
-	}
-	return off, nil
-}
-
-// offloadKey is a store-safe key for the result at history position index.
-func offloadKey(index int, callID string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%06d", index)
-	if callID != "" {
-		b.WriteByte('-')
-		for i := 0; i < len(callID) && b.Len() < 120; i++ {
-			c := callID[i]
-			if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' {
-				b.WriteByte(c)
-			} else {
-				b.WriteByte('_')
-			}
-		}
-	}
-	return b.String()
 }
 
 // regions returns the token counts of the request as it stands.
@@ -484,33 +437,4 @@ func textBytes(m *chat.Message) int {
 		n += len(p.Text) + len(p.Raw)
 	}
 	return n
-}
-
-// OffloadedText is the text ctxmgr writes to the Store when it offloads a tool result: the one
-// text part itself, or the parts joined by newlines (images and files as placeholders). Tools
-// that check a store against a history (replay's lost count) compare with it.
-func OffloadedText(m *chat.Message) string { return fullText(m) }
-
-// fullText is the text of a message's parts as stored when offloaded.
-func fullText(m *chat.Message) string {
-	if len(m.Content) == 1 && m.Content[0].Type == chat.PartText {
-		return m.Content[0].Text
-	}
-	var b strings.Builder
-	for i, p := range m.Content {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		switch p.Type {
-		case chat.PartText, chat.PartReasoning:
-			b.WriteString(p.Text)
-		case chat.PartOther:
-			b.Write(p.Raw)
-		case chat.PartImage:
-			b.WriteString("[image]")
-		case chat.PartFile:
-			b.WriteString("[file]")
-		}
-	}
-	return b.String()
 }

@@ -1,148 +1,33 @@
 package ctxmgr
 
 import (
-	"fmt"
-	"strings"
-
 	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/internal/snippet"
 	"github.com/ctxmgr/ctxmgr/store"
-	"github.com/ctxmgr/ctxmgr/summarize"
 )
 
-// The texts that replace tool results in context. Each keeps the reference an agent needs to
-// read the full result back: where it is, how many lines it has, from which line to go on.
+// The views that replace tool results in context, rendered by package internal/snippet. Each
+// keeps the reference an agent needs to read the full result back.
 
 // snippetView replaces a tool result by its head and tail within capBytes, the notable lines
 // of the omitted middle (errors, failures, tracebacks: what an agent most often needs from a
 // long output), and a reference to the full text.
 func snippetView(orig *chat.Message, off store.Offloaded, capBytes int) chat.Message {
-	return snippetViewKeeping(orig, off, capBytes, nil)
+	return snippet.Cut(orig, off, capBytes, nil)
 }
 
 // snippetViewKeeping is snippetView that also keeps, among the notable lines of the omitted
 // middle, the lines for which inPlay is true (lines holding identifiers the conversation uses;
 // see snippet_terms.go). The notable share of the budget grows from 15% to 25% when inPlay is set.
 func snippetViewKeeping(orig *chat.Message, off store.Offloaded, capBytes int, inPlay func(string) bool) chat.Message {
-	text := fullText(orig)
-	ref := func(shownHead, shownTailFrom int) string {
-		return fmt.Sprintf("\n[ctxmgr: tool result offloaded: %d bytes, %d lines in all; lines %d-%d omitted here but for the notable ones below. Full text: %s (read it from line %d to continue)]\n",
-			off.Bytes, off.Lines, shownHead+1, shownTailFrom-1, off.Ref(), shownHead+1)
-	}
-	budget := capBytes - len(ref(999999, 999999)) // room for the snippet itself
-	if budget < 64 {
-		budget = 64
-	}
-	// Notable lines come from the middle that a full-budget head and tail would omit; the
-	// head and tail then share what they leave. The smaller head and tail only widen the
-	// omitted middle, so the notable lines stay inside it.
-	head0, tail0 := headTail(text, budget*2/3, budget/3)
-	mid := ""
-	if tail0 != "" {
-		firstLine := strings.Count(head0, "\n") + 1
-		share := 15
-		if inPlay != nil {
-			share = 25
-		}
-		mid = notableLines(text[len(head0):len(text)-len(tail0)], firstLine, budget*share/100, inPlay)
-	}
-	rest := budget - len(mid)
-	head, tail := headTail(text, rest*2/3, rest/3)
-	headLines := store.CountLines(head)
-	if head != "" && !strings.HasSuffix(head, "\n") {
-		headLines-- // a partial line is shown but not counted as read
-	}
-	tailFrom := off.Lines - store.CountLines(tail) + 1
-	if tail != "" && tailFrom <= headLines {
-		tailFrom = headLines + 1
-	}
-	return withText(orig, head+ref(max(headLines, 0), tailFrom)+mid+tail)
-}
-
-// notable are the (lower-case) markers of lines worth keeping from an omitted middle.
-
-// maxNotableScan bounds the bytes of an omitted middle searched for notable lines, so that a
-// 50 MB result costs a bounded scan.
-const maxNotableScan = 4 << 20
-
-// notableLines returns up to budget bytes of the lines of mid that carry a notable marker (or
-// for which inPlay, when set, is true),
-// each prefixed with its line number (firstLine is the number of mid's first line) and cut
-// to 240 bytes. Only the first maxNotableScan bytes of mid are searched.
-func notableLines(mid string, firstLine, budget int, inPlay func(string) bool) string {
-	if len(mid) > maxNotableScan {
-		mid = mid[:maxNotableScan]
-	}
-	var b strings.Builder
-	line := firstLine
-	for len(mid) > 0 && b.Len() < budget {
-		end := strings.IndexByte(mid, '\n')
-		var l string
-		if end < 0 {
-			l, mid = mid, ""
-		} else {
-			l, mid = mid[:end], mid[end+1:]
-		}
-		if len(l) > 0 && (summarize.ErrorSeverity(l) > 0 || inPlay != nil && inPlay(l)) {
-			if len(l) > 240 {
-				l = l[:chat.RuneStart(l, 240)] + "..."
-			}
-			entry := fmt.Sprintf("L%d: %s\n", line, l)
-			if b.Len()+len(entry) > budget {
-				break
-			}
-			b.WriteString(entry)
-		}
-		line++
-	}
-	if b.Len() == 0 {
-		return ""
-	}
-	return "[ctxmgr: notable omitted lines]\n" + b.String() + "[ctxmgr: end of notable lines]\n"
+	return snippet.Cut(orig, off, capBytes, inPlay)
 }
 
 // stubView replaces a tool result by a one-line stub.
 func stubView(orig *chat.Message, off store.Offloaded, tokens int) chat.Message {
-	name := orig.Name
-	if name == "" {
-		name = "tool"
-	}
-	errNote := ""
-	if orig.IsError {
-		errNote = " (it reported an error)"
-	}
-	return withText(orig, fmt.Sprintf("[ctxmgr: old %s result masked%s: %d tokens, %d lines. Full text: %s (read lines 1-%d)]",
-		name, errNote, tokens, off.Lines, off.Ref(), off.Lines))
+	return snippet.Stub(orig, off, tokens)
 }
 
 // withText returns a copy of m whose content is one text part; everything else (ids, name,
 // error flag, wire details) is kept.
-func withText(m *chat.Message, text string) chat.Message {
-	v := *m
-	part := chat.Part{Type: chat.PartText, Text: text}
-	if len(m.Content) > 0 && m.Content[0].Type == chat.PartText {
-		part.Extra = m.Content[0].Extra // keep cache_control and friends
-	}
-	v.Content = []chat.Part{part}
-	if v.Shape == chat.ShapeNull || v.Shape == chat.ShapeAbsent {
-		v.Shape = chat.ShapeAuto
-	}
-	return v
-}
-
-// headTail returns a head of at most h bytes and a tail of at most t bytes of s, cut at line
-// ends when one is near (within a quarter of the budget), else at a rune boundary. When s fits
-// in h+t it is returned whole as head.
-func headTail(s string, h, t int) (string, string) {
-	if len(s) <= h+t {
-		return s, ""
-	}
-	head := s[:chat.RuneStart(s, h)]
-	if i := strings.LastIndexByte(head, '\n'); i >= 0 && i >= len(head)-h/4 {
-		head = head[:i+1]
-	}
-	tail := s[chat.RuneStart(s, len(s)-t):]
-	if i := strings.IndexByte(tail, '\n'); i >= 0 && i < t/4 && i+1 < len(tail) {
-		tail = tail[i+1:]
-	}
-	return head, tail
-}
+func withText(m *chat.Message, text string) chat.Message { return snippet.WithText(m, text) }

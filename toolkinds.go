@@ -1,13 +1,8 @@
 package ctxmgr
 
 import (
-	"encoding/json"
-	"path"
-	"strconv"
-	"strings"
-
-	"github.com/ctxmgr/ctxmgr/budget"
 	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/internal/toolkind"
 )
 
 // ReadTool declares a tool whose calls read a file (Config.ReadTools). Line numbers are 1-based.
@@ -27,32 +22,14 @@ type ReadTool struct {
 	CommandArg, Command string
 }
 
-// builtinReadTools are the file-reading tools of common agents.
-var builtinReadTools = []ReadTool{
-	{Name: "Read", PathArg: "file_path", OffsetArg: "offset", LimitArg: "limit"},
-	{Name: "read_file", PathArg: "file_path", OffsetArg: "offset", LimitArg: "limit", StartArg: "start_line", EndArg: "end_line"},
-	{Name: "read_file", PathArg: "path", OffsetArg: "offset", LimitArg: "limit", StartArg: "start_line", EndArg: "end_line"},
-	{Name: "view", PathArg: "path", RangeArg: "view_range"},
-	{Name: "view_file", PathArg: "path", RangeArg: "view_range", StartArg: "start_line", EndArg: "end_line"},
-	{Name: "str_replace_based_edit_tool", PathArg: "path", RangeArg: "view_range", CommandArg: "command", Command: "view"},
-	{Name: "str_replace_editor", PathArg: "path", RangeArg: "view_range", CommandArg: "command", Command: "view"},
-}
-
-// shellTools are tool names whose "command" (or "cmd") argument is a shell command line.
-var shellTools = map[string]bool{"Bash": true, "bash": true, "shell": true, "run_shell_command": true, "execute_shell_command": true,
-	"execute_bash": true, "run_command": true, "terminal": true, "exec": true, "exec_command": true, "shell_exec": true}
-
-// searchTools are tool names whose calls search (their arguments are the pattern and scope).
-var searchTools = map[string]bool{"Grep": true, "Glob": true, "grep": true, "search": true, "search_files": true, "grep_search": true, "find_files": true, "LS": true, "list_dir": true, "list_directory": true}
-
-// actionKind says what a tool call does, as far as context management cares.
-type actionKind uint8
+// actionKind says what a tool call does, as far as context management cares (toolkind.Kind).
+type actionKind = toolkind.Kind
 
 const (
-	actOther   actionKind = iota
-	actRead               // reads a file (or a range of it)
-	actSearch             // searches or lists: its result is what the pattern matches now
-	actCommand            // runs a shell command (a test run, git diff, ls)
+	actOther   = toolkind.Other
+	actRead    = toolkind.Read    // reads a file (or a range of it)
+	actSearch  = toolkind.Search  // searches or lists: its result is what the pattern matches now
+	actCommand = toolkind.Command // runs a shell command (a test run, git diff, ls)
 )
 
 // toolAction is what one call shows: for a read, the file and the lines (from, to: 1-based,
@@ -68,7 +45,7 @@ type toolAction struct {
 // ranged reports whether a read asked for a line range rather than the whole file.
 func (a toolAction) ranged() bool { return a.kind == actRead && (a.from > 1 || a.to > 0) }
 
-// covers reports whether a later action b shows everything a showed.
+// coveredBy reports whether a later action b shows everything a showed.
 func (a toolAction) coveredBy(b toolAction) bool {
 	if a.kind != b.kind || a.key != b.key || a.kind == actOther {
 		return false
@@ -86,212 +63,16 @@ func (a toolAction) coveredBy(b toolAction) bool {
 // read (a range, or a whole file by name) or a search with a pattern.
 func (a toolAction) requested() bool { return a.kind == actRead || a.kind == actSearch }
 
-// classify says what a call does, from its tool name and arguments. extra are declarations
-// of the library user (Config.ReadTools), tried first.
+// classify says what a call does (toolkind.Classify). extra are declarations of the library
+// user (Config.ReadTools), tried before the built-in ones.
 func classify(tc chat.ToolCall, extra []ReadTool) toolAction {
-	var args map[string]json.RawMessage
-	if json.Unmarshal([]byte(tc.Arguments), &args) != nil {
-		args = nil
-	}
-	for _, list := range [][]ReadTool{extra, builtinReadTools} {
-		for i := range list {
-			if a, ok := list[i].match(tc.Name, args); ok {
-				return a
-			}
+	var decl []toolkind.ReadTool
+	if len(extra) > 0 {
+		decl = make([]toolkind.ReadTool, len(extra))
+		for i := range extra {
+			decl[i] = toolkind.ReadTool(extra[i])
 		}
 	}
-	if shellTools[tc.Name] {
-		cmd := argString(args, "command")
-		if cmd == "" {
-			cmd = argString(args, "cmd")
-		}
-		if cmd != "" {
-			return classifyShell(cmd)
-		}
-	}
-	if searchTools[tc.Name] {
-		return toolAction{kind: actSearch, key: tc.Name + " " + canonicalArgs(tc.Arguments)}
-	}
-	return toolAction{kind: actOther, key: tc.Name + " " + canonicalArgs(tc.Arguments)}
-}
-
-func (rt *ReadTool) match(name string, args map[string]json.RawMessage) (toolAction, bool) {
-	if rt.Name != name || args == nil {
-		return toolAction{}, false
-	}
-	if rt.CommandArg != "" && argString(args, rt.CommandArg) != rt.Command {
-		return toolAction{}, false
-	}
-	p := argString(args, rt.PathArg)
-	if p == "" {
-		return toolAction{}, false
-	}
-	a := toolAction{kind: actRead, key: cleanPath(p), from: 1}
-	if off, ok := argInt(args, rt.OffsetArg); ok && off > 0 {
-		a.from = off
-	}
-	if lim, ok := argInt(args, rt.LimitArg); ok && lim > 0 {
-		a.to = a.from + lim - 1
-	}
-	if s, ok := argInt(args, rt.StartArg); ok && s > 0 {
-		a.from = s
-	}
-	if e, ok := argInt(args, rt.EndArg); ok && e > 0 {
-		a.to = e
-	}
-	if rt.RangeArg != "" {
-		var r []int
-		if raw, ok := args[rt.RangeArg]; ok && json.Unmarshal(raw, &r) == nil && len(r) == 2 {
-			a.from = max(1, r[0])
-			if r[1] > 0 {
-				a.to = r[1]
-			}
-		}
-	}
-	if a.to > 0 && a.to < a.from {
-		a.to = a.from
-	}
-	return a, true
-}
-
-// classifyShell recognises the file reads of a shell command line (cat FILE, nl FILE,
-// sed -n 'A,Bp' FILE, head -n N FILE); any other command is keyed by its normalized text, so
-// that the same command run again (a test run, git diff, ls) is known as such.
-func classifyShell(cmd string) toolAction {
-	f := strings.Fields(cmd)
-	norm := strings.Join(f, " ")
-	if strings.ContainsAny(norm, "|;&><`$") {
-		return toolAction{kind: actCommand, key: norm}
-	}
-	switch {
-	case len(f) == 2 && f[0] == "cat", len(f) == 3 && f[0] == "nl" && f[1] == "-ba":
-		return toolAction{kind: actRead, key: cleanPath(f[len(f)-1]), from: 1}
-	case len(f) == 4 && f[0] == "sed" && f[1] == "-n":
-		rg := strings.Trim(f[2], `'"`)
-		if a, b, ok := strings.Cut(strings.TrimSuffix(rg, "p"), ","); ok && strings.HasSuffix(rg, "p") {
-			from, e1 := strconv.Atoi(a)
-			to, e2 := strconv.Atoi(b)
-			if e1 == nil && e2 == nil && from > 0 && to >= from {
-				return toolAction{kind: actRead, key: cleanPath(f[3]), from: from, to: to}
-			}
-		}
-	case len(f) == 4 && f[0] == "head" && f[1] == "-n":
-		if n, err := strconv.Atoi(f[2]); err == nil && n > 0 {
-			return toolAction{kind: actRead, key: cleanPath(f[3]), from: 1, to: n}
-		}
-	}
-	return toolAction{kind: actCommand, key: norm}
-}
-
-// cleanPath normalizes a path so that "./a/b.py", "a//b.py" and "a/b.py" are one file. An
-// absolute and a relative spelling stay different (the working directory is unknown).
-func cleanPath(p string) string { return path.Clean(strings.TrimSpace(p)) }
-
-func argString(args map[string]json.RawMessage, k string) string {
-	if k == "" || args == nil {
-		return ""
-	}
-	var s string
-	if json.Unmarshal(args[k], &s) == nil {
-		return s
-	}
-	return ""
-}
-
-func argInt(args map[string]json.RawMessage, k string) (int, bool) {
-	if k == "" || args == nil {
-		return 0, false
-	}
-	raw, ok := args[k]
-	if !ok {
-		return 0, false
-	}
-	var n float64
-	if json.Unmarshal(raw, &n) == nil {
-		return int(n), true
-	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		if v, err := strconv.Atoi(strings.TrimSpace(s)); err == nil {
-			return v, true
-		}
-	}
-	return 0, false
-}
-
-// canonicalArgs is the arguments with keys sorted and spacing removed (encoding/json sorts map
-// keys), or the text as is when it is not a JSON object.
-func canonicalArgs(s string) string {
-	var v map[string]any
-	if json.Unmarshal([]byte(s), &v) != nil {
-		return strings.TrimSpace(s)
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return strings.TrimSpace(s)
-	}
-	return string(b)
-}
-
-// callOf returns the call a tool result answers: among batch (messages being appended, before
-// the result) or in the history.
-func (s *Session) callOf(id string, batch []chat.Message) (chat.ToolCall, bool) {
-	for k := len(batch) - 1; k >= 0; k-- {
-		for _, tc := range batch[k].ToolCalls {
-			if tc.ID == id {
-				return tc, true
-			}
-		}
-	}
-	if i, ok := s.open[id]; ok && i < len(s.entries) {
-		for _, tc := range s.entries[i].orig.ToolCalls {
-			if tc.ID == id {
-				return tc, true
-			}
-		}
-	}
-	return chat.ToolCall{}, false
-}
-
-// ingestCap is the ingestion cap in bytes for a tool result (0: none): Config.ToolResultCap,
-// or, when its call read a file or searched, as the agent asked (classify), up to
-// Config.RequestedReadCap as far as it fits (roomBytes). batch holds the messages appended
-// with it, before it; own is ownTokens before it.
-func (s *Session) ingestCap(e *entry, batch []chat.Message, own int) int {
-	cfg := &s.m.cfg
-	if cfg.DisableOffload || cfg.ToolResultCap <= 0 || e.exempt {
-		return 0
-	}
-	c := cfg.ToolResultCap
-	if cfg.RequestedReadCap > c && e.size > c {
-		if tc, ok := s.callOf(e.orig.ToolCallID, batch); ok && classify(tc, cfg.ReadTools).requested() {
-			c = max(c, min(cfg.RequestedReadCap, s.roomBytes(e, own)))
-		}
-	}
-	return c
-}
-
-// stubTokens is about what a masked tool result costs in context.
-const stubTokens = 60
-
-// roomBytes is how much of a requested read fits under the compaction threshold beside the
-// conversation's own messages: the history the configured window allows at its threshold
-// (no summary), less own (the whole history before the result, every tool result counted
-// as a mask stub), in bytes at the result's own bytes per token, measured on its first
-// 16 KB. Compaction masks tool results before it summarizes (Config.MaskBeforeSummary), so a
-// read that fits this room can stay whole without a summary evicting what the assistant said
-// and quoted. It depends on the history and the configuration only, so a restored session
-// caps the same results the same way.
-func (s *Session) roomBytes(e *entry, own int) int {
-	p := budget.Breakdown(s.m.cfg.Budget, budget.Regions{System: s.sysTokens, Tools: s.toolTokens})
-	room := p.ThresholdHistory - own
-	if room <= 0 {
-		return 0
-	}
-	text := fullText(&e.orig)
-	if len(text) > 16<<10 {
-		text = strings.ToValidUTF8(text[:16<<10], "")
-	}
-	tok := max(1, s.m.cfg.Counter.Text(text))
-	return int(min(int64(room)*int64(len(text))/int64(tok), 1<<40))
+	a := toolkind.Classify(tc, decl)
+	return toolAction{kind: a.Kind, key: a.Key, from: a.From, to: a.To}
 }
