@@ -29,7 +29,7 @@ func TestSentBodyReusedAfterLastReader(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	x := &exchange{s: srv, body: make([]byte, 40<<10)} // bodyBuffer sizes for the client's body
+	x := &exchange{s: srv, received: received{body: make([]byte, 40<<10)}} // bodyBuffer sizes for the client's body
 	b := append(x.bodyBuffer(), `{"model":"m"}`...)
 	x.keepBody(b)
 	sb := x.bodyOf(b)

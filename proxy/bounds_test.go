@@ -108,12 +108,9 @@ func checkNoneInUse(t testing.TB, s *Server) {
 func TestSessionCacheKeepsSessionsInUse(t *testing.T) {
 	e := newEnv(t, fakeupstream.Options{}, Config{MaxSessions: 1})
 	s := e.srv
-	a := s.acquire("a")
-	a.mu.Unlock() // in use: its request is upstream
-	b := s.acquire("b")
-	b.mu.Unlock()
-	a2 := s.acquire("a")
-	a2.mu.Unlock()
+	a := s.ref("a") // in use: its request is upstream
+	s.ref("b")
+	a2 := s.ref("a")
 	if a2 != a {
 		t.Fatal("the session in use was dropped from the cache: a second copy was made")
 	}

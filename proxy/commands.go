@@ -108,43 +108,45 @@ func firstCommand(msgs []chat.Message, from int) int {
 	return -1
 }
 
-// runCommand executes a command on a synced session and returns the text to answer.
-func (s *Server) runCommand(ctx context.Context, ps *psession, c *command, system []chat.Message, tools []chat.Tool) string {
-	s.metrics.commands.WithLabelValues(c.name).Inc()
-	switch c.name {
+// runCommand executes a command on the request's synced conversation and returns the text to
+// answer. It runs without the conversation's lock (see psession): /compact summarizes.
+func (s *Server) runCommand(ctx context.Context, c *conversation, cmd *command, system []chat.Message, tools []chat.Tool) string {
+	s.metrics.commands.WithLabelValues(cmd.name).Inc()
+	sess := c.sess
+	switch cmd.name {
 	case "compact":
-		res, err := ps.sess.Compact(ctx, c.arg)
+		res, err := sess.Compact(ctx, cmd.arg)
 		if err != nil {
 			return fmt.Sprintf("%s /compact failed: %v", replyPrefix, err)
 		}
-		_ = s.syncReadTool(ps, system, tools)
+		_, _ = s.declareRead(c, system, tools, false)
 		if res.Messages == 0 {
 			return fmt.Sprintf("%s /compact: nothing to compact: the %d tokens of context are all within the reserved recent history (%d messages in the session).",
-				replyPrefix, res.TokensBefore, ps.sess.Len())
+				replyPrefix, res.TokensBefore, sess.Len())
 		}
 		var b strings.Builder
 		fmt.Fprintf(&b, "%s /compact: compacted %d messages into summary v%d; tokens before %d, after %d.\n",
 			replyPrefix, res.Messages, res.SummaryVersion, res.TokensBefore, res.TokensAfter)
-		if c.arg != "" {
-			fmt.Fprintf(&b, "Instruction: %s\n", c.arg)
+		if cmd.arg != "" {
+			fmt.Fprintf(&b, "Instruction: %s\n", cmd.arg)
 		}
 		b.WriteString("\nSummary:\n")
 		b.WriteString(res.Summary)
 		return b.String()
 	case "clear":
-		before := ps.sess.Stats()
-		if err := ps.sess.Clear(ctx); err != nil {
+		before := sess.Stats()
+		if err := sess.Clear(ctx); err != nil {
 			return fmt.Sprintf("%s /context clear failed: %v", replyPrefix, err)
 		}
-		_ = s.syncReadTool(ps, system, tools)
-		after := ps.sess.Stats()
+		_, _ = s.declareRead(c, system, tools, false)
+		after := sess.Stats()
 		var b strings.Builder
 		fmt.Fprintf(&b, "%s /context clear: %d messages archived; the context now holds the system prompt and tools only (input %d -> %d tokens). Nothing was deleted.\n",
 			replyPrefix, after.Evicted-before.Evicted, before.Input, after.Input)
 		writeArchives(&b, after)
 		return b.String()
 	default:
-		return contextReport(ps, ps.sess.Stats(), !s.cfg.DisableReadTool, s.cfg.SummarizerName)
+		return contextReport(c.id, sess, sess.Stats(), !s.cfg.DisableReadTool, s.cfg.SummarizerName)
 	}
 }
 
@@ -176,9 +178,9 @@ func writeArchives(b *strings.Builder, st ctxmgr.Stats) {
 	}
 }
 
-func contextReport(ps *psession, st ctxmgr.Stats, readTool bool, summarizer string) string {
+func contextReport(id string, sess *ctxmgr.Session, st ctxmgr.Stats, readTool bool, summarizer string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s /context: session %s\n", replyPrefix, ps.id)
+	fmt.Fprintf(&b, "%s /context: session %s\n", replyPrefix, id)
 	roles := make([]string, 0, len(st.Messages))
 	for r := range st.Messages {
 		roles = append(roles, string(r))
@@ -199,7 +201,7 @@ func contextReport(ps *psession, st ctxmgr.Stats, readTool bool, summarizer stri
 	}
 	fmt.Fprintf(&b, "Tokens: system %d, tools %d, summary %d, history %d; input %d of window %d (%s used), %d more reserved for the reply.\n",
 		st.Regions.System, st.Regions.Tools, st.Regions.Summary, st.Regions.History, st.Input, st.Window, used, st.MaxOutput)
-	if sum := ps.sess.Summary(); st.SummaryVersion > 0 && sum != nil && sum.Summarizer != "" {
+	if sum := sess.Summary(); st.SummaryVersion > 0 && sum != nil && sum.Summarizer != "" {
 		fmt.Fprintf(&b, "Summary: version %d, written by %s.\n", st.SummaryVersion, sum.Summarizer)
 	} else if st.SummaryVersion > 0 {
 		fmt.Fprintf(&b, "Summary: version %d.\n", st.SummaryVersion)

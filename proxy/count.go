@@ -93,30 +93,16 @@ func (s *Server) managedCount(ctx context.Context, f Format, model, header strin
 	hashes := hashAll(msgs)
 	id := base
 	for depth := 0; depth < 6; depth++ {
-		ps := s.acquire(id)
-		if ps.sess == nil || ps.mgr != m {
-			if err := s.load(ctx, ps, m, key, req.System, req.Tools); err != nil {
-				s.put(ps)
-				return 0, "", false
-			}
+		n, k, stored, err := s.countStored(ctx, id, m, key, req, msgs, hashes)
+		if err != nil {
+			return 0, "", false
 		}
-		k := commonPrefix(ps.hashes, hashes)
-		if k == len(ps.hashes) {
+		if k == stored {
 			if k == 0 {
-				s.put(ps)
 				return 0, "", false // nothing stored: an unknown conversation
 			}
-			// The session's request as it stands (its system and tools are the client's, synced
-			// on every request), plus the messages added since, counted whole.
-			c := ps.mgr.m.Config().Counter
-			n := ps.sess.Stats().Input
-			if news := msgs[k:]; len(news) > 0 {
-				n += c.Request(&chat.Request{Messages: news}).Total - c.Request(&chat.Request{}).Total
-			}
-			s.put(ps)
 			return n, id, true
 		}
-		s.put(ps)
 		if k == 0 {
 			next := conversationID(base, hashes[0])
 			if next == id {
@@ -128,4 +114,33 @@ func (s *Server) managedCount(ctx context.Context, f Format, model, header strin
 		id = branchID(id, hashes, k)
 	}
 	return 0, "", false
+}
+
+// countStored compares the history of session id (loaded under m if it is not in memory
+// under it) with msgs (hashes): it returns how many messages it stores and how many first
+// messages the two share (k). When the stored history is a prefix of msgs (k == stored), n
+// is the input tokens of the request the proxy would forward: the session's request as it
+// stands (its system and tools are the client's, synced on every request), plus the
+// messages added since, counted whole.
+func (s *Server) countStored(ctx context.Context, id string, m *managed, key managerKey, req *chat.Request, msgs []chat.Message, hashes []nhash) (n, k, stored int, err error) {
+	ps := s.ref(id)
+	defer s.unref(ps)
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.sess == nil || ps.mgr != m {
+		if err := s.load(ctx, ps, m, key, req.System, req.Tools); err != nil {
+			return 0, 0, 0, err
+		}
+	}
+	stored = len(ps.views.hashes)
+	k = commonPrefix(ps.views.hashes, hashes)
+	if k < stored || k == 0 {
+		return 0, k, stored, nil
+	}
+	c := ps.mgr.m.Config().Counter
+	n = ps.sess.Stats().Input
+	if news := msgs[k:]; len(news) > 0 {
+		n += c.Request(&chat.Request{Messages: news}).Total - c.Request(&chat.Request{}).Total
+	}
+	return n, k, stored, nil
 }

@@ -80,9 +80,9 @@ type callUsage struct {
 	cur, prev *chat.Request
 }
 
-// prepared notes what the pipeline prepared for a request, with the session locked: the
-// requests of a session are noted in the order they were prepared, whatever the order in
-// which they end.
+// prepared notes what the pipeline prepared for a request, as soon as it is prepared: the
+// requests of a session are noted in the order their pipeline returned, whatever the order
+// in which they end.
 func (s *Server) prepared(x *exchange, p *ctxmgr.Prepared) {
 	if s.insp == nil || len(p.Request.Messages) == 0 {
 		return

@@ -177,11 +177,11 @@ func (x *exchange) nativeRewrite(body []byte) ([]byte, error) {
 }
 
 // answerCompaction answers a compaction the client asked for in the providers' own terms: the
-// whole history of the synced session (whose lock the caller holds, and which this releases)
-// is folded into the summary, and the client gets the token of that summary in its API's
-// shape. It returns errAnswered once the answer is written.
-func (s *Server) answerCompaction(ctx context.Context, x *exchange, ps *psession) error {
-	tok, summary, ok := s.compactNow(ctx, x, ps)
+// whole history of the request's synced conversation is folded into the summary, and the
+// client gets the token of that summary in its API's shape. It returns errAnswered once the
+// answer is written.
+func (s *Server) answerCompaction(ctx context.Context, x *exchange) error {
+	tok, summary, ok := s.compactNow(ctx, x)
 	if !ok {
 		return errAnswered
 	}
@@ -199,24 +199,25 @@ func (s *Server) answerCompaction(ctx context.Context, x *exchange, ps *psession
 // answer continues, native_anthropic.go).
 var errRestart = errors.New("restart")
 
-// compactNow folds the whole history of the synced session (whose lock the caller holds, and
-// which this releases) into the summary, stores the request's messages, and returns the token
-// and text of the summary. On failure it answers the client itself and ok is false.
-func (s *Server) compactNow(ctx context.Context, x *exchange, ps *psession) (tok, summary string, ok bool) {
-	res, err := ps.sess.CompactAll(ctx, x.nat.instruction)
+// compactNow folds the whole history of the request's synced conversation into the summary,
+// stores the request's messages, and returns the token and text of the summary. On failure
+// it answers the client itself and ok is false. It runs without the conversation's lock (see
+// psession): the summary takes an LLM call.
+func (s *Server) compactNow(ctx context.Context, x *exchange) (tok, summary string, ok bool) {
+	sess := x.sess
+	res, err := sess.CompactAll(ctx, x.nat.instruction)
 	version := res.SummaryVersion
 	if err == nil && version == 0 {
-		if sum := ps.sess.Summary(); sum != nil {
+		if sum := sess.Summary(); sum != nil {
 			version = sum.Version // nothing new since the last summary: it stands
 		}
 	}
 	if err == nil {
-		_ = s.syncReadTool(ps, x.dec.System, x.dec.Tools)
-		if sum := ps.sess.Summary(); sum != nil && sum.Version == version {
+		_, _ = s.declareRead(&x.conversation, x.dec.System, x.dec.Tools, false)
+		if sum := sess.Summary(); sum != nil && sum.Version == version {
 			summary = sum.Text
 		}
 	}
-	ps.mu.Unlock()
 	x.startFlush()
 	if x.awaitFlush() != nil {
 		x.notStored()
@@ -227,7 +228,7 @@ func (s *Server) compactNow(ctx context.Context, x *exchange, ps *psession) (tok
 		writeError(x.w, x.format, http.StatusInternalServerError, "api_error", "ctxmgr: compaction failed: "+redact.Text(err.Error()))
 		return "", "", false
 	}
-	if tok, err = s.sealToken(ctx, compactionClaim{Session: ps.id, Version: version}); err != nil {
+	if tok, err = s.sealToken(ctx, compactionClaim{Session: x.id, Version: version}); err != nil {
 		writeError(x.w, x.format, http.StatusInternalServerError, "api_error", "ctxmgr: "+redact.Text(err.Error()))
 		return "", "", false
 	}
@@ -303,15 +304,10 @@ func (x *exchange) learnNative(ctx context.Context, body, errBody []byte) (next 
 		}
 	}
 	if act.compact {
-		if x.ps == nil || x.dec == nil {
-			return nil, false // not managed: the proxy holds no session to compact
+		if x.ps == nil || x.dec == nil || !x.ps.holds(x.sess) {
+			return nil, false // not managed (or its session reloaded since): no session to compact
 		}
-		x.ps.mu.Lock()
-		if x.ps.sess != x.sess || x.sess == nil {
-			x.ps.mu.Unlock()
-			return nil, false
-		}
-		_ = s.answerCompaction(ctx, x, x.ps)
+		_ = s.answerCompaction(ctx, x)
 		return nil, true
 	}
 	if an != nil && len(an.edits) > 0 && x.mgr != nil {

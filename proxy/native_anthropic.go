@@ -631,14 +631,14 @@ func deltaWithEdits(ev sse.Event, applied []map[string]any) sse.Event {
 }
 
 // compactThenContinue answers compact_20260112 without pause_after_compaction: the whole
-// history of the synced session (whose lock the caller holds, and which this releases) is
-// folded into the summary, and the request is served anew (errRestart) with the summary as
-// its history, as the client's next request will send it (the block expanded); the answer
-// starts with the compaction block.
-func (s *Server) compactThenContinue(ctx context.Context, x *exchange, ps *psession) error {
+// history of the request's synced conversation is folded into the summary (compactNow), and
+// the request is served anew (errRestart) with the summary as its history, as the client's
+// next request will send it (the block expanded); the answer starts with the compaction
+// block.
+func (s *Server) compactThenContinue(ctx context.Context, x *exchange) error {
 	an := x.nat.anthropic
 	an.compactedTokens = an.clientTokens
-	tok, summary, ok := s.compactNow(ctx, x, ps)
+	tok, summary, ok := s.compactNow(ctx, x)
 	if !ok {
 		return errAnswered
 	}

@@ -1,12 +1,13 @@
 package proxy
 
 import (
-	"github.com/ctxmgr/ctxmgr/chat"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/ctxmgr/ctxmgr/chat"
 
 	"github.com/ctxmgr/ctxmgr/internal/fakeupstream"
 	"github.com/ctxmgr/ctxmgr/store"

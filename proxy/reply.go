@@ -120,12 +120,12 @@ func (x *exchange) place(p *ctxmgr.Prepared) {
 		return
 	}
 	var clean []chat.Message
-	if c := x.ps.clean.Load(); c != nil {
+	if c := x.ps.views.clean.Load(); c != nil {
 		clean = *c
 	}
 	// The prepared messages stay as they are (the next request's continue their slice), and
 	// the messages that change are encoded in their place (encodeSession).
 	subs, next := placeBreakpointsKnown(p.Request.Messages, p.Report, x.bps, x.bpRoom, clean)
-	x.ps.clean.Store(&next)
+	x.ps.views.clean.Store(&next)
 	x.subs = subs
 }

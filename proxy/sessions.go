@@ -9,13 +9,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/ctxmgr/ctxmgr/internal/readtool"
 	"log/slog"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/ctxmgr/ctxmgr/internal/readtool"
 
 	ctxmgr "github.com/ctxmgr/ctxmgr"
 	"github.com/ctxmgr/ctxmgr/chat"
@@ -244,73 +245,61 @@ func hashSetup(system []chat.Message, tools []chat.Tool) nhash {
 	return out
 }
 
-// setupHash is hashSetup(system, tools), remembered for the slices it was last computed on:
-// a body decoded from where it differs shares its system and tools with the previous one
-// (decode.go), so a steady conversation hashes its tool definitions once, not per request.
-func (ps *psession) setupHash(system []chat.Message, tools []chat.Tool) nhash {
-	if ps.setupRef.valid && sameSlice(system, ps.setupRef.system) && sameSlice(tools, ps.setupRef.tools) {
-		return ps.setupRef.hash
-	}
-	h := hashSetup(system, tools)
-	ps.setupRef.system, ps.setupRef.tools, ps.setupRef.hash, ps.setupRef.valid = system, tools, h, true
-	return h
-}
-
-// sameSlice reports whether a and b are the same slice (same array, same length).
-func sameSlice[T any](a, b []T) bool {
-	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
-}
-
-// psession is the proxy's side of a session: the ctxmgr Session, the normalized hashes of
-// its history and the system/tools it was last given. mu serializes the requests of one
-// session while they touch its state (not while the upstream answers).
+// psession is the proxy's side of one conversation: the ctxmgr Session that holds its
+// history, and the views of that history the proxy keeps beside it (historyViews).
+//
+// The lock rule. mu guards sess, mgr, key, created, readTool and the stored views (hashes,
+// orig, setup). It is taken and released in one function, and never held across a call that
+// may summarize (Session.Prepare, Recover, Compact, CompactAll: an LLM summarizer takes
+// seconds) nor across an upstream call:
+//   - syncConversation syncs a request's history into the Session (load, SetSystem, Append:
+//     store writes, no summary) and copies what the request needs into a conversation (the
+//     Session, its Manager, how many messages its history holds after the sync), then
+//     unlocks;
+//   - the request then prepares, compacts and recovers on that Session without mu: a
+//     ctxmgr.Session guards its own state and releases its own lock while a summary is
+//     written, so meanwhile another request of the conversation syncs and prepares, and the
+//     inspector and /context read the Session's statistics;
+//   - every other use takes mu for one step and releases it in the same function:
+//     declareRead, holds and drop, which act only if the request's Session is still ps's (a
+//     request that reloaded it has replaced it); storedPrefix and countStored, which read
+//     the stored views; the inspector's openView.
+//
+// Requests of one conversation thus sync one at a time, each on the views its predecessor
+// left. A Prepare builds the request from the Session as it then is: messages a later
+// request appended meanwhile are at its end, and conversation.own cuts them off, so that
+// each request sends its own history (the later request sends them with its own).
 type psession struct {
 	mu       sync.Mutex
 	id       string
 	key      managerKey
 	mgr      *managed
 	sess     *ctxmgr.Session
-	hashes   []nhash
-	orig     int // tokens of the history's original messages, by the manager's counter
-	setup    nhash
 	readTool bool
 	// created: the last load found no history (a new session, or a new branch).
 	created bool
+	// views are the proxy's views of the session's history (history_views.go).
+	views historyViews
 	// branches are the ids of the branches the last requests that diverged from this
 	// session's history after its first message went to (openSession), the most recent
 	// first, at most recentBranches; nil if none. Replaced whole, never modified.
 	branches atomic.Pointer[[]string]
-	// blocks holds the encodings of the messages of the last body encoded for the session
-	// (server.go, encodeSession; encodecache.Cache).
-	blocks *encodecache.Cache
-	// counted: the last request sent, counted for the calibrator (server.go, observeUsage).
-	counted sentCount
-	// clean: the prepared messages of the last Anthropic request, when none carried a
-	// breakpoint (placeBreakpointsKnown).
-	clean atomic.Pointer[[]chat.Message]
-	// setupRef remembers the slices setupHash last hashed.
-	setupRef struct {
-		system []chat.Message
-		tools  []chat.Tool
-		hash   nhash
-		valid  bool
-	}
-	elem *list.Element
-	// users counts the requests using the session (acquire, until release); guarded by
+	elem     *list.Element
+	// users counts the requests using the session (ref, until unref); guarded by
 	// Server.sessMu. A session in use is never dropped from the cache: a request for it then
 	// would load a second copy beside the one in use.
 	users int
 }
 
-// acquire returns the session with this id from the cache (a fresh one if absent), locked and
-// counted in use: the caller unlocks it and calls release (put does both). Past
-// Config.MaxSessions the least recently used sessions not in use are dropped (the cache holds
-// more while more are in use).
-func (s *Server) acquire(id string) *psession {
+// ref returns the session with this id from the cache (a fresh one if absent), counted in
+// use: the caller calls unref once done with it. Past Config.MaxSessions the least recently
+// used sessions not in use are dropped (the cache holds more while more are in use).
+func (s *Server) ref(id string) *psession {
 	s.sessMu.Lock()
+	defer s.sessMu.Unlock()
 	ps := s.sessions[id]
 	if ps == nil {
-		ps = &psession{id: id, blocks: encodecache.New()}
+		ps = &psession{id: id, views: historyViews{blocks: encodecache.New()}}
 		s.sessions[id] = ps
 		ps.elem = s.lru.PushFront(ps)
 		for e := s.lru.Back(); e != nil && s.lru.Len() > s.cfg.MaxSessions; {
@@ -325,13 +314,11 @@ func (s *Server) acquire(id string) *psession {
 		s.lru.MoveToFront(ps.elem)
 	}
 	ps.users++
-	s.sessMu.Unlock()
-	ps.mu.Lock()
 	return ps
 }
 
-// release ends a use of ps that acquire counted (nil: none).
-func (s *Server) release(ps *psession) {
+// unref ends a use of ps that ref counted (nil: none).
+func (s *Server) unref(ps *psession) {
 	if ps == nil {
 		return
 	}
@@ -340,10 +327,82 @@ func (s *Server) release(ps *psession) {
 	s.sessMu.Unlock()
 }
 
-// put unlocks ps and releases it.
-func (s *Server) put(ps *psession) {
-	ps.mu.Unlock()
-	s.release(ps)
+// conversation is what a request holds of its conversation once synced: a copy of its
+// psession's state, taken under the lock by syncConversation, which the request uses
+// without the lock (see psession).
+type conversation struct {
+	// ps is the conversation, counted in use (Server.ref) until the exchange ends.
+	ps *psession
+	id string
+	// sess is ps's Session as the sync left it, holding the request's messages; mgr its
+	// Manager.
+	sess *ctxmgr.Session
+	mgr  *managed
+	// synced is how many messages sess's history held after the sync: the request's own
+	// history (own).
+	synced int
+	// orig is what those messages count as the client sent them (historyViews.orig).
+	orig int
+	// readTool: ctxmgr_read is declared in what is sent. Set by the sync, then from the
+	// tools of what Prepare (manage) or Recover (recover) returned; cleared by withoutRead.
+	readTool bool
+}
+
+// syncConversation syncs ps with a request's history (sync) under ps's lock, and returns
+// what the request needs of it; branched: ps is a branch of the key's own session (a new one
+// is counted). On errBranch it returns how many first messages the stored history shares with
+// the request's.
+func (s *Server) syncConversation(ctx context.Context, ps *psession, m *managed, key managerKey, req *chat.Request, msgs []chat.Message, hashes []nhash, branched bool) (conversation, int, error) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if err := s.sync(ctx, ps, m, key, req.System, req.Tools, msgs, hashes); err != nil {
+		shared := 0
+		if errors.Is(err, errBranch) {
+			shared = commonPrefix(ps.views.hashes, hashes)
+		}
+		return conversation{}, shared, err
+	}
+	if branched && ps.created {
+		s.metrics.branches.Inc() // a new branch, not a later request of one
+	}
+	ps.created = false
+	return conversation{ps: ps, id: ps.id, sess: ps.sess, mgr: ps.mgr, synced: len(ps.views.hashes),
+		orig: ps.views.orig, readTool: ps.readTool}, 0, nil
+}
+
+// declareRead declares the ctxmgr_read tool on c's session under its lock (offerReadTool;
+// always: even with nothing stored to read), if c's Session is still the conversation's, and
+// reports whether the tool is declared on it.
+func (s *Server) declareRead(c *conversation, system []chat.Message, tools []chat.Tool, always bool) (bool, error) {
+	ps := c.ps
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.sess != c.sess {
+		return c.readTool, nil // reloaded meanwhile: c's Session is as it was
+	}
+	var err error
+	if always {
+		err = s.offerReadTool(ps, system, tools, true)
+	} else {
+		err = s.syncReadTool(ps, system, tools)
+	}
+	return ps.readTool, err
+}
+
+// holds reports whether sess is still ps's Session.
+func (ps *psession) holds(sess *ctxmgr.Session) bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return sess != nil && ps.sess == sess
+}
+
+// drop forgets sess, if it is ps's Session: the next request loads the session again.
+func (ps *psession) drop(sess *ctxmgr.Session) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.sess == sess {
+		ps.sess = nil
+	}
 }
 
 // load (re)loads ps from the store under manager m. Called with ps.mu held.
@@ -355,13 +414,12 @@ func (s *Server) load(ctx context.Context, ps *psession, m *managed, key manager
 	ps.sess, ps.mgr, ps.key = sess, m, key
 	hist := sess.History()
 	ps.created = len(hist) == 0
-	ps.hashes = hashAll(hist)
-	ps.orig = 0
 	c := m.m.Config().Counter
+	orig := 0
 	for i := range hist {
-		ps.orig += s.origTokens(c, &hist[i])
+		orig += s.origTokens(c, &hist[i])
 	}
-	ps.setup = ps.setupHash(system, tools)
+	ps.views.loaded(hashAll(hist), orig, system, tools)
 	ps.readTool = false
 	s.snapshotConfig(ctx, ps.id, m, key, system, tools)
 	return s.syncReadTool(ps, system, tools)
@@ -417,17 +475,19 @@ var errBranch = errors.New("proxy: history diverged")
 // returns errBranch (and appends nothing) when the stored history is not a prefix of the
 // incoming one. Called with ps.mu held.
 func (s *Server) sync(ctx context.Context, ps *psession, m *managed, key managerKey, system []chat.Message, tools []chat.Tool, msgs []chat.Message, hashes []nhash) error {
-	if ps.sess == nil || ps.mgr != m {
-		// New, or its Manager is another (another key, or one closed past maxManagers).
+	if ps.sess == nil || ps.mgr != m || ps.sess.Len() != len(ps.views.hashes) {
+		// New, or its Manager is another (another key, or one closed past maxManagers); or
+		// its views are not of its history (historyViews), which a reload rebuilds.
 		if err := s.load(ctx, ps, m, key, system, tools); err != nil {
 			return err
 		}
 	}
 	for attempt := 0; ; attempt++ {
-		if len(ps.hashes) > len(hashes) || !slices.Equal(ps.hashes, hashes[:len(ps.hashes)]) {
+		v := &ps.views
+		if len(v.hashes) > len(hashes) || !slices.Equal(v.hashes, hashes[:len(v.hashes)]) {
 			return errBranch
 		}
-		if setup := ps.setupHash(system, tools); setup != ps.setup {
+		if setup := v.setupHash(system, tools); setup != v.setup {
 			t := tools
 			if ps.readTool {
 				t = withReadTool(tools)
@@ -435,10 +495,10 @@ func (s *Server) sync(ctx context.Context, ps *psession, m *managed, key manager
 			if err := ps.sess.SetSystem(system, t); err != nil {
 				return err
 			}
-			ps.setup = setup
+			v.setup = setup
 			s.snapshotConfig(ctx, ps.id, m, key, system, t)
 		}
-		news := msgs[len(ps.hashes):]
+		news := msgs[len(v.hashes):]
 		if len(news) == 0 {
 			break
 		}
@@ -449,11 +509,12 @@ func (s *Server) sync(ctx context.Context, ps *psession, m *managed, key manager
 			err = ps.sess.AppendDeferred(ctx, storedCopies(news)...) // written by exchange.startFlush
 		}
 		if err == nil {
-			ps.hashes = append(ps.hashes, hashes[len(ps.hashes):]...)
 			c := ps.mgr.m.Config().Counter
+			orig := 0
 			for i := range news {
-				ps.orig += s.origTokens(c, &news[i])
+				orig += s.origTokens(c, &news[i])
 			}
+			v.appended(hashes[len(v.hashes):], orig)
 			if !offloadable(news, ps.mgr.m.Config().ToolResultCap) {
 				return nil // nothing appended was stored apart: the read tool is as it was
 			}
@@ -606,8 +667,8 @@ func sessionKey(header string, req *chat.Request, msgs []chat.Message) (id, sour
 	return "h-" + hex.EncodeToString(h.Sum(nil))[:16], "hash"
 }
 
-// openSession finds the session for the incoming history and syncs it. It returns the
-// session locked and in use (acquire): the caller unlocks it, and releases it once done.
+// openSession finds the session for the incoming history and syncs it (syncConversation).
+// The session returned is in use (ref): the caller unrefs it once done; its lock is not held.
 //
 // The sessions of one key (a header, a metadata.user_id, a hash) form a family, and every id
 // in it is derived from the history, so that the family is found again after a restart
@@ -620,22 +681,18 @@ func sessionKey(header string, req *chat.Request, msgs []chat.Message) (id, sour
 //     branchID, counted in ctxmgr_branches_total. The branch the last such request went to
 //     is tried first (continueBranch): a replayed history names a new branch with every
 //     request.
-func (s *Server) openSession(ctx context.Context, base string, m *managed, key managerKey, req *chat.Request, msgs []chat.Message, hashes []nhash) (*psession, bool, error) {
+func (s *Server) openSession(ctx context.Context, base string, m *managed, key managerKey, req *chat.Request, msgs []chat.Message, hashes []nhash) (conversation, bool, error) {
 	id := base
 	branched := false
 	for depth := 0; depth < 6; depth++ {
-		ps := s.acquire(id)
-		err := s.sync(ctx, ps, m, key, req.System, req.Tools, msgs, hashes)
+		ps := s.ref(id)
+		c, k, err := s.syncConversation(ctx, ps, m, key, req, msgs, hashes, branched)
 		if err == nil {
-			return s.opened(ps, branched), branched, nil
+			return c, branched, nil
 		}
-		k := 0
-		if errors.Is(err, errBranch) {
-			k = commonPrefix(ps.hashes, hashes)
-		}
-		s.put(ps)
+		s.unref(ps)
 		if !errors.Is(err, errBranch) {
-			return nil, false, err
+			return conversation{}, false, err
 		}
 		if k == 0 && len(hashes) > 0 {
 			if next := conversationID(base, hashes[0]); next != id {
@@ -645,22 +702,22 @@ func (s *Server) openSession(ctx context.Context, base string, m *managed, key m
 		}
 		branched = true
 		if b, err := s.recentBranch(ctx, ps, id, m, key, req, hashes); err != nil {
-			return nil, false, err
+			return conversation{}, false, err
 		} else if b != "" {
-			bp, ok, err := s.continueBranch(ctx, b, m, key, req, msgs, hashes)
+			bc, ok, err := s.continueBranch(ctx, b, m, key, req, msgs, hashes)
 			if err != nil {
-				return nil, false, err
+				return conversation{}, false, err
 			}
 			if ok {
 				ps.branchedTo(b)
-				return bp, true, nil
+				return bc, true, nil
 			}
 		}
 		next := branchID(id, hashes, k)
 		ps.branchedTo(next)
 		id = next
 	}
-	return nil, false, fmt.Errorf("proxy: session %q: too many branches", base)
+	return conversation{}, false, fmt.Errorf("proxy: session %q: too many branches", base)
 }
 
 // recentBranches bounds the branches a request that branches tries before it opens one: two
@@ -709,34 +766,39 @@ func (s *Server) recentBranch(ctx context.Context, ps *psession, id string, m *m
 	}
 	best, bestN := "", -1
 	for _, b := range ids {
-		bp := s.acquire(b)
-		if bp.sess == nil || bp.mgr != m {
-			if err := s.load(ctx, bp, m, key, req.System, req.Tools); err != nil {
-				s.put(bp)
-				return "", err
-			}
+		n, err := s.storedPrefix(ctx, b, m, key, req, hashes)
+		if err != nil {
+			return "", err
 		}
-		n := len(bp.hashes)
-		if n > bestN && n <= len(hashes) && slices.Equal(bp.hashes, hashes[:n]) {
+		if n > bestN {
 			best, bestN = b, n
 		}
-		s.put(bp)
 	}
 	return best, nil
 }
 
-// opened returns ps, synced and locked, as the session of the request; branched: it is not
-// the key's own.
-func (s *Server) opened(ps *psession, branched bool) *psession {
-	if branched && ps.created {
-		s.metrics.branches.Inc() // a new branch, not a later request of one
+// storedPrefix returns how many messages the stored history of session id holds when it is a
+// prefix of the incoming history (hashes), else -1; the session is loaded under m if it is
+// not in memory under it.
+func (s *Server) storedPrefix(ctx context.Context, id string, m *managed, key managerKey, req *chat.Request, hashes []nhash) (int, error) {
+	ps := s.ref(id)
+	defer s.unref(ps)
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.sess == nil || ps.mgr != m {
+		if err := s.load(ctx, ps, m, key, req.System, req.Tools); err != nil {
+			return -1, err
+		}
 	}
-	ps.created = false
-	return ps
+	n := len(ps.views.hashes)
+	if n > len(hashes) || !slices.Equal(ps.views.hashes, hashes[:n]) {
+		return -1, nil
+	}
+	return n, nil
 }
 
 // continueBranch syncs the session id, where a recent request that branched off the one
-// being opened went, if its history is a prefix of the incoming one, and returns it locked
+// being opened went, if its history is a prefix of the incoming one, and returns it in use
 // (ok). A rewound history that is then sent again as it was (an agent run replayed under
 // the same key: every request a prefix of the stored history, each longer than the last) is
 // named by a branch id that changes with every request; opening a new branch for each would
@@ -744,17 +806,17 @@ func (s *Server) opened(ps *psession, branched bool) *psession {
 // instead. The branches are remembered in memory only (the last recentBranches): after a
 // restart the first such request opens one by its id. Each one tried that is not in memory is
 // loaded from the store.
-func (s *Server) continueBranch(ctx context.Context, id string, m *managed, key managerKey, req *chat.Request, msgs []chat.Message, hashes []nhash) (*psession, bool, error) {
-	ps := s.acquire(id)
-	err := s.sync(ctx, ps, m, key, req.System, req.Tools, msgs, hashes)
+func (s *Server) continueBranch(ctx context.Context, id string, m *managed, key managerKey, req *chat.Request, msgs []chat.Message, hashes []nhash) (conversation, bool, error) {
+	ps := s.ref(id)
+	c, _, err := s.syncConversation(ctx, ps, m, key, req, msgs, hashes, true)
 	if err == nil {
-		return s.opened(ps, true), true, nil
+		return c, true, nil
 	}
-	s.put(ps)
+	s.unref(ps)
 	if errors.Is(err, errBranch) {
-		return nil, false, nil
+		return conversation{}, false, nil
 	}
-	return nil, false, err
+	return conversation{}, false, err
 }
 
 // conversationID names the session of a conversation under key base whose first message is
