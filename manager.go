@@ -28,6 +28,7 @@ import (
 	"sync"
 
 	"github.com/ctxmgr/ctxmgr/chat"
+	"github.com/ctxmgr/ctxmgr/internal/toolkind"
 	"github.com/ctxmgr/ctxmgr/store"
 	"github.com/ctxmgr/ctxmgr/summarize"
 )
@@ -42,9 +43,11 @@ type Manager struct {
 	cfg      Config
 	log      *slog.Logger
 	fallback summarize.Summarizer // extractive, for a summarizer that fails
-	ctx      context.Context      // parent of background work; canceled by Close
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
+	// readTools is cfg.ReadTools as the classifier takes them, converted once.
+	readTools []toolkind.ReadTool
+	ctx       context.Context // parent of background work; canceled by Close
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
 	// mu guards closed, and wg.Add against Close's wg.Wait.
 	mu     sync.Mutex
 	closed bool
@@ -58,7 +61,11 @@ func New(cfg Config) (*Manager, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	fb := summarize.NewExtractive(summarize.ExtractiveOptions{Counter: cfg.Counter})
-	return &Manager{cfg: cfg, log: cfg.Logger, fallback: fb, ctx: ctx, cancel: cancel}, nil
+	m := &Manager{cfg: cfg, log: cfg.Logger, fallback: fb, ctx: ctx, cancel: cancel}
+	for _, rt := range cfg.ReadTools {
+		m.readTools = append(m.readTools, toolkind.ReadTool(rt))
+	}
+	return m, nil
 }
 
 // Config returns the manager's configuration with defaults filled in.

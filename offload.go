@@ -60,7 +60,7 @@ func (s *Session) ingestCap(e *entry, batch []chat.Message, own int) int {
 	}
 	c := cfg.ToolResultCap
 	if cfg.RequestedReadCap > c && e.size > c {
-		if tc, ok := s.callOf(e.orig.ToolCallID, batch); ok && classify(tc, cfg.ReadTools).requested() {
+		if tc, ok := s.callOf(e.orig.ToolCallID, batch); ok && classify(tc, s.m.readTools).requested() {
 			c = max(c, min(cfg.RequestedReadCap, s.roomBytes(e, own)))
 		}
 	}

@@ -405,11 +405,13 @@ func (r *reuseState) outlook(i int, a toolAction, remaining float64) (whole, mid
 	c, r0 := math.Pow(rank, 0.8)/0.2, math.Pow(rank, 0.2)
 	G := func(t float64) float64 { return c * (math.Pow(rank+t, 0.2) - r0) }
 	var heldW, heldM float64
+	sw, sm := 1.0, 1.0 // survival at lo: G(0) = 0
 	for lo, hi := 0.0, min(1, remaining); lo < remaining; lo, hi = hi, min(2*hi, remaining) {
-		g0, g1, g2 := G(lo), G((lo+hi)/2), G(hi)
-		heldW += (hi - lo) / 6 * (math.Exp(-hw*g0) + 4*math.Exp(-hw*g1) + math.Exp(-hw*g2))
-		heldM += (hi - lo) / 6 * (math.Exp(-hm*g0) + 4*math.Exp(-hm*g1) + math.Exp(-hm*g2))
+		g1, g2 := G((lo+hi)/2), G(hi)
+		mw, mm, ew, em := math.Exp(-hw*g1), math.Exp(-hm*g1), math.Exp(-hw*g2), math.Exp(-hm*g2)
+		heldW += (hi - lo) / 6 * (sw + 4*mw + ew)
+		heldM += (hi - lo) / 6 * (sm + 4*mm + em)
+		sw, sm = ew, em
 	}
-	gR := G(remaining)
-	return outlook{chance: 1 - math.Exp(-hw*gR), held: heldW}, outlook{chance: 1 - math.Exp(-hm*gR), held: heldM}
+	return outlook{chance: 1 - sw, held: heldW}, outlook{chance: 1 - sm, held: heldM}
 }

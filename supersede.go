@@ -43,7 +43,7 @@ func (st *supState) scan(s *Session) {
 	if st.calls == nil {
 		st.calls, st.actions, st.byKey, st.by = map[string]toolAction{}, map[int]toolAction{}, map[string][]int{}, map[int]int{}
 	}
-	extra := s.m.cfg.ReadTools
+	extra := s.m.readTools
 	for i := st.scanned; i < len(s.entries); i++ {
 		m := &s.entries[i].orig
 		if m.Role == chat.RoleAssistant {

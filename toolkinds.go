@@ -65,14 +65,7 @@ func (a toolAction) requested() bool { return a.kind == actRead || a.kind == act
 
 // classify says what a call does (toolkind.Classify). extra are declarations of the library
 // user (Config.ReadTools), tried before the built-in ones.
-func classify(tc chat.ToolCall, extra []ReadTool) toolAction {
-	var decl []toolkind.ReadTool
-	if len(extra) > 0 {
-		decl = make([]toolkind.ReadTool, len(extra))
-		for i := range extra {
-			decl[i] = toolkind.ReadTool(extra[i])
-		}
-	}
+func classify(tc chat.ToolCall, decl []toolkind.ReadTool) toolAction {
 	a := toolkind.Classify(tc, decl)
 	return toolAction{kind: a.Kind, key: a.Key, from: a.From, to: a.To}
 }

@@ -6,12 +6,13 @@ import (
 	"github.com/ctxmgr/ctxmgr/chat"
 )
 
-// classify hands the declared tools (Config.ReadTools) to toolkind.Classify, before the
-// built-in ones, and keeps what it says.
+// classify hands the declared tools (Config.ReadTools, converted once by New) to
+// toolkind.Classify, before the built-in ones, and keeps what it says.
 func TestClassify(t *testing.T) {
 	tc := func(name, args string) chat.ToolCall { return chat.ToolCall{ID: "x", Name: name, Arguments: args} }
-	own := []ReadTool{{Name: "open_doc", PathArg: "doc", StartArg: "first", EndArg: "last"},
-		{Name: "Read", PathArg: "doc"}}
+	m, _ := testManager(t, Config{ReadTools: []ReadTool{{Name: "open_doc", PathArg: "doc", StartArg: "first", EndArg: "last"},
+		{Name: "Read", PathArg: "doc"}}})
+	own := m.readTools
 	if a := classify(tc("open_doc", `{"doc":"d.md","first":3,"last":8}`), own); a.kind != actRead || a.key != "d.md" || a.from != 3 || a.to != 8 {
 		t.Errorf("declared read tool: %+v", a)
 	}

@@ -13,24 +13,12 @@ import (
 // encoded back, by the same codecs as whole requests, so nothing of a message is lost (unknown
 // fields, Anthropic thinking signatures, Responses reasoning items, Gemini thought signatures).
 
-// knownFormat returns an error for a format this package does not know.
-func knownFormat(f Format) error {
-	switch f {
-	case OpenAI, Anthropic, Responses, Gemini:
-		return nil
-	}
-	return fmt.Errorf("wire: unknown format %q", f)
-}
-
 // DecodeMessages decodes raw, a JSON array of messages of format f (OpenAI or Anthropic
 // messages, Responses input items, Gemini contents), as Decode decodes them inside a request.
 // One wire message may become several chat messages (an Anthropic user message with tool
 // results: one per result) and several wire items one (a Responses reasoning item, message and
 // function calls of one turn), as in a request.
 func DecodeMessages(f Format, raw json.RawMessage) ([]chat.Message, error) {
-	if err := knownFormat(f); err != nil {
-		return nil, err
-	}
 	body, err := json.Marshal(map[string]json.RawMessage{messagesKey(f): raw})
 	if err != nil {
 		return nil, fmt.Errorf("wire: %s messages: %w", f, err)
@@ -47,9 +35,6 @@ func DecodeMessages(f Format, raw json.RawMessage) ([]chat.Message, error) {
 // place in an Anthropic or Gemini message array (their requests carry it beside the messages):
 // it is an error there.
 func EncodeMessages(f Format, msgs []chat.Message) (json.RawMessage, error) {
-	if err := knownFormat(f); err != nil {
-		return nil, err
-	}
 	if f == Anthropic || f == Gemini {
 		for i := range msgs {
 			if msgs[i].Role == chat.RoleSystem {
