@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 
@@ -126,17 +125,9 @@ func DecodeAnswer(f Format, body []byte) ([]chat.Message, error) {
 				} `json:"content"`
 			} `json:"candidates"`
 		}
-		var chunks []chunk
-		if t := bytes.TrimSpace(body); len(t) > 0 && t[0] == '[' {
-			if err := json.Unmarshal(t, &chunks); err != nil {
-				return nil, malformedResponse("%v", err)
-			}
-		} else {
-			var c chunk
-			if err := json.Unmarshal(body, &c); err != nil {
-				return nil, malformedResponse("%v", err)
-			}
-			chunks = []chunk{c}
+		chunks, err := geminiChunks[chunk](body)
+		if err != nil {
+			return nil, err
 		}
 		role, parts := "model", []json.RawMessage{}
 		for _, c := range chunks {

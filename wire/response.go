@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -338,18 +339,9 @@ func decodeGeminiAnswer(body []byte) (*Response, error) {
 		UsageMetadata json.RawMessage `json:"usageMetadata"`
 		Error         json.RawMessage `json:"error"`
 	}
-	var chunks []chunk
-	t := strings.TrimSpace(string(body))
-	if strings.HasPrefix(t, "[") {
-		if err := json.Unmarshal(body, &chunks); err != nil {
-			return nil, malformedResponse("%v", err)
-		}
-	} else {
-		var c chunk
-		if err := json.Unmarshal(body, &c); err != nil {
-			return nil, malformedResponse("%v", err)
-		}
-		chunks = []chunk{c}
+	chunks, err := geminiChunks[chunk](body)
+	if err != nil {
+		return nil, err
 	}
 	out := &Response{}
 	var b strings.Builder
@@ -399,4 +391,21 @@ func decodeGeminiAnswer(body []byte) (*Response, error) {
 	}
 	out.Text = b.String()
 	return out, nil
+}
+
+// geminiChunks reads a Gemini answer: one response object, or the JSON array of a stream's
+// chunks (a stream without alt=sse), as chunks of type T.
+func geminiChunks[T any](body []byte) ([]T, error) {
+	if t := bytes.TrimSpace(body); len(t) > 0 && t[0] == '[' {
+		var chunks []T
+		if err := json.Unmarshal(t, &chunks); err != nil {
+			return nil, malformedResponse("%v", err)
+		}
+		return chunks, nil
+	}
+	var c T
+	if err := json.Unmarshal(body, &c); err != nil {
+		return nil, malformedResponse("%v", err)
+	}
+	return []T{c}, nil
 }
